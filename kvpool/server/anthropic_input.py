@@ -23,8 +23,10 @@ chat body the chat parser takes (protocol.py), as vLLM 0.33 converts it (docs/ar
                      a system message's text stays where it is, or joins the first system
                      message when the template wants that first (NOTE(merge-system))
     max_tokens       required, > 0 (the chat route clamps and bounds it as for chat)
-    stop_sequences   chat's ``stop``; temperature, top_p, top_k, cache_salt,
-                     chat_template_kwargs pass through; metadata is ignored
+    stop_sequences   chat's ``stop``; temperature, top_p, top_k, cache_salt pass through;
+                     metadata is ignored
+    chat_template_kwargs  passed through, count_tokens' too (the server's
+                     --default-chat-template-kwargs go under them: anthropic_api.py)
     tools            [{name, description?, input_schema, strict?}] -> chat's function tools
                      (a schema without ``type`` gets ``object``); with tools and no
                      tool_choice, chat's ``auto``
@@ -32,11 +34,18 @@ chat body the chat parser takes (protocol.py), as vLLM 0.33 converts it (docs/ar
                      -> auto | required | named | none (+ parallel_tool_calls)
     output_config    format {type json_schema, schema} -> chat's response_format;
                      effort (low | medium | high | xhigh | max) -> reasoning_effort
-    thinking         {type disabled} -> reasoning_effort "none"; enabled (budget_tokens
+    thinking         {type disabled} -> reasoning_effort "none", or the effort
+                     anthropic_effort.py resolves for the template; enabled (budget_tokens
                      >= 1024, < max_tokens) -> thinking_token_budget (vLLM's; none without
                      --reasoning-parser, where vLLM answers 400);
                      adaptive is checked and changes nothing, display (summarized | omitted |
                      updates) too
+
+NOTE(lax-anthropic): vLLM validates the body in pydantic's lax mode, so an int field
+(max_tokens, thinking.budget_tokens) also takes a bool, a number without a fraction or a
+string such as "4" (NOTE(lax-int)) and a bool field (stream,
+tool_choice.disable_parallel_tool_use) 0, 1 or "false", "yes"... (NOTE(lax-bool)); 4.5 and 2
+stay 400s. temperature, top_p and top_k are the chat route's, which reads them so too.
 
 A user message left with nothing (only tool results) is not sent, as vLLM leaves it out.
 Anything else in a known field is a 400 naming it (``messages[2].content[0].type``); a field
@@ -49,7 +58,8 @@ import json
 from typing import Any
 
 from kvpool.errors import RequestError, shown
-from kvpool.server.field_policy import FieldPolicy, is_int
+from kvpool.server.field_policy import FieldPolicy
+from kvpool.server.json_body import json_bool, json_int
 
 _bad = RequestError.field  # errors.py: "param: message", with the param named
 
@@ -62,7 +72,7 @@ BLOCKS = ("text", "image", "tool_use", "tool_result", "tool_reference", "thinkin
 CHOICES = {"auto": "auto", "any": "required", "none": "none"}
 EFFORTS = ("low", "medium", "high", "xhigh", "max")  # vLLM's AnthropicEffort
 DISPLAYS = ("summarized", "omitted", "updates")  # its thinking display: taken, unused
-PASS_THROUGH = ("temperature", "top_p", "top_k", "cache_salt", "chat_template_kwargs")
+PASS_THROUGH = ("temperature", "top_p", "top_k", "cache_salt")
 KNOWN_COUNT_TOKENS = frozenset({"model", "messages", "system", "tools", "tool_choice",
                                 "output_config", "thinking", "chat_template_kwargs"})
 KNOWN_MESSAGES = KNOWN_COUNT_TOKENS | {"max_tokens", "metadata", "stop_sequences", "stream",
@@ -70,30 +80,34 @@ KNOWN_MESSAGES = KNOWN_COUNT_TOKENS | {"max_tokens", "metadata", "stop_sequences
 
 
 def messages_to_chat(body: dict[str, Any], fields: FieldPolicy, *, count: bool = False,
-                     merge_system: bool = False,
-                     thinks: bool = False) -> tuple[dict[str, Any], tuple[str, ...]]:
+                     merge_system: bool = False, thinks: bool = False,
+                     disabled_effort: str = "none") -> tuple[dict[str, Any], tuple[str, ...]]:
     """The chat body of one Messages body (``count``: a count_tokens body, no sampling), and
     the unknown fields it ignored. ``merge_system``: inline system messages join the first
     (anthropic_api.py NOTE(merge-system)); ``thinks``: the server reads reasoning
-    (--reasoning-parser), so a thinking budget is chat's thinking_token_budget."""
+    (--reasoning-parser), so a thinking budget is chat's thinking_token_budget;
+    ``disabled_effort``: the reasoning_effort of disabled thinking (anthropic_effort.py)."""
     ignored = fields.check(body, KNOWN_COUNT_TOKENS if count else KNOWN_MESSAGES)
     model = body.get("model")
     if not isinstance(model, str) or not model:
         raise _bad("model", "is required: the name of a served model")
     chat: dict[str, Any] = {"model": model, "messages": _messages(body, merge_system)}
+    if body.get("chat_template_kwargs") is not None:  # count_tokens' too, as vLLM's
+        chat["chat_template_kwargs"] = body["chat_template_kwargs"]
     if not count:
         chat.update(_sampling(body))
     chat.update(_tools(body))
-    chat.update(_output(body, chat.get("max_tokens"), thinks))
+    chat.update(_output(body, chat.get("max_tokens"), thinks, disabled_effort))
     return chat, ignored
 
 
 def _sampling(body: dict[str, Any]) -> dict[str, Any]:
-    max_tokens = body.get("max_tokens")
-    if max_tokens is None:
+    given = body.get("max_tokens")
+    if given is None:
         raise _bad("max_tokens", "is required")
-    if not is_int(max_tokens) or max_tokens <= 0:
-        raise _bad("max_tokens", f"must be a positive integer, got {shown(max_tokens)}")
+    max_tokens = json_int(given)  # NOTE(lax-anthropic): 4.0, "4", true (1) too
+    if max_tokens is None or max_tokens <= 0:
+        raise _bad("max_tokens", f"must be a positive integer, got {shown(given)}")
     out = {k: body[k] for k in PASS_THROUGH if body.get(k) is not None}
     out["max_tokens"] = max_tokens
     stop = body.get("stop_sequences")
@@ -102,9 +116,9 @@ def _sampling(body: dict[str, Any]) -> dict[str, Any]:
             raise _bad("stop_sequences", "must be a list of strings")
         out["stop"] = stop
     stream = body.get("stream")
-    if stream is not None and not isinstance(stream, bool):
-        raise _bad("stream", "must be a boolean")
-    out["stream"] = bool(stream)
+    if stream is not None and json_bool(stream) is None:  # NOTE(lax-anthropic): 0, "false"
+        raise _bad("stream", f"must be a boolean, got {shown(stream)}")
+    out["stream"] = bool(json_bool(stream))
     if body.get("metadata") is not None and not isinstance(body["metadata"], dict):
         raise _bad("metadata", "must be an object")
     return out
@@ -275,9 +289,9 @@ def _tools(body: dict[str, Any]) -> dict[str, Any]:
     if kind == "tool" and not (isinstance(choice.get("name"), str) and choice["name"]):
         raise _bad("tool_choice.name", "is required when type is 'tool'")
     no_parallel = choice.get("disable_parallel_tool_use")
-    if no_parallel is not None and not isinstance(no_parallel, bool):
+    if no_parallel is not None and json_bool(no_parallel) is None:  # NOTE(lax-anthropic)
         raise _bad("tool_choice.disable_parallel_tool_use", "must be a boolean")
-    out["parallel_tool_calls"] = not no_parallel
+    out["parallel_tool_calls"] = not json_bool(no_parallel)
     out["tool_choice"] = CHOICES.get(kind) or {"type": "function",
                                                "function": {"name": choice["name"]}}
     return out
@@ -298,7 +312,8 @@ def _tool(tool: Any, where: str) -> dict[str, Any]:
     return {"type": "function", "function": fn}
 
 
-def _output(body: dict[str, Any], max_tokens: int | None, thinks: bool) -> dict[str, Any]:
+def _output(body: dict[str, Any], max_tokens: int | None, thinks: bool,
+            disabled_effort: str) -> dict[str, Any]:
     """output_config (format, effort) and thinking, as chat fields."""
     out: dict[str, Any] = {}
     config = body.get("output_config")
@@ -306,7 +321,13 @@ def _output(body: dict[str, Any], max_tokens: int | None, thinks: bool) -> dict[
         if not isinstance(config, dict):
             raise _bad("output_config", "must be an object")
         fmt = config.get("format")
-        if isinstance(fmt, dict) and fmt.get("schema") is not None:
+        if fmt is not None and not isinstance(fmt, dict):
+            raise _bad("output_config.format", "must be an object")
+        if fmt is not None and fmt.get("type", "json_schema") != "json_schema":
+            # vLLM's AnthropicJsonOutputFormat.type is Literal["json_schema"]: a 400 there
+            raise _bad("output_config.format.type", "must be 'json_schema', got "
+                       f"{json.dumps(fmt['type'])[:40]}")
+        if fmt is not None and fmt.get("schema") is not None:
             out["response_format"] = {"type": "json_schema", "json_schema": {
                 "name": "json_schema", "schema": fmt["schema"]}}
         effort = config.get("effort")
@@ -315,23 +336,23 @@ def _output(body: dict[str, Any], max_tokens: int | None, thinks: bool) -> dict[
                        f"{json.dumps(effort)[:40]}")
         if effort is not None:
             out["reasoning_effort"] = effort
-    kind = _thinking(body.get("thinking"), max_tokens)
+    kind, budget = _thinking(body.get("thinking"), max_tokens)
     if kind == "disabled":
-        out["reasoning_effort"] = "none"
+        out["reasoning_effort"] = disabled_effort
     elif kind == "enabled" and thinks:  # vLLM's budget; with no reasoning parser, where vLLM
-        out["thinking_token_budget"] = body["thinking"]["budget_tokens"]  # answers 400: none
+        out["thinking_token_budget"] = budget  # answers 400: none
     return out
 
 
-def _thinking(thinking: Any, max_tokens: int | None) -> str | None:
-    """The thinking config's type, checked as vLLM's request model checks it."""
+def _thinking(thinking: Any, max_tokens: int | None) -> tuple[str | None, int | None]:
+    """The thinking config's type and budget, checked as vLLM's request model checks them."""
     if thinking is None:
-        return None
+        return None, None
     kind = thinking.get("type") if isinstance(thinking, dict) else None
     if kind not in ("enabled", "disabled", "adaptive"):
         raise _bad("thinking.type", "must be one of enabled, disabled, adaptive")
-    budget = thinking.get("budget_tokens")
-    if kind == "enabled" and not (is_int(budget) and budget >= 1024):
+    budget = json_int(thinking.get("budget_tokens"))  # NOTE(lax-anthropic): "2000" too
+    if kind == "enabled" and not (budget is not None and budget >= 1024):
         raise _bad("thinking.budget_tokens", "must be an integer >= 1024")
     if kind == "enabled" and max_tokens is not None and budget >= max_tokens:
         raise _bad("thinking.budget_tokens", "must be less than max_tokens")
@@ -339,4 +360,4 @@ def _thinking(thinking: Any, max_tokens: int | None) -> str | None:
     if kind != "disabled" and display is not None and display not in DISPLAYS:
         raise _bad("thinking.display", f"must be one of {', '.join(DISPLAYS)}, got "
                    f"{json.dumps(display)[:40]}")
-    return kind
+    return kind, budget

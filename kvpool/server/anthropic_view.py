@@ -9,8 +9,16 @@ shapes it (docs/architecture.md "The Messages API"). Non-streamed, the chat body
      "usage": {"input_tokens", "output_tokens", "cache_creation_input_tokens",
                "cache_read_input_tokens"}}
 
-An answer with neither text nor calls has one empty text block. Streamed, each event is
-``event: TYPE`` + ``data: {...}``, no ``[DONE]`` and no ``ping`` (vLLM sends none)::
+An answer with neither text nor calls has one empty text block.
+
+NOTE(cut-call): a call whose arguments are not a JSON object (a forced call a stop sequence
+or max_tokens cut short) must not run. Non-streamed, vLLM json-decodes each call's arguments
+into its ``input`` and a failure is its 400 (a ValueError), so the answer is a 400
+invalid_request_error here too, never a tool_use block with made-up input; streamed, the
+pieces already went out, and stop_reason says stop_sequence (or max_tokens), not tool_use.
+
+Streamed, each event is ``event: TYPE`` + ``data: {...}``, no ``[DONE]`` and no ``ping`` (vLLM
+sends none)::
 
     message_start          the message, content [], usage {input_tokens: prompt, output 0}
     content_block_start    a text block {type text, text ""} at the first text, or a
@@ -36,6 +44,7 @@ import json
 import uuid
 from typing import Any
 
+from kvpool.errors import RequestError, shown
 from kvpool.server.anthropic_errors import anthropic_error_event
 from kvpool.server.middleware import APIError
 from kvpool.server.responses import ResponseBuilder
@@ -62,13 +71,21 @@ def stop_reason(finish: str | None, stop: Any, called: bool,
     return "end_turn", None
 
 
-def _input(arguments: str) -> dict[str, Any]:
-    """A call's arguments as the tool_use ``input`` object ({} for a call cut short)."""
+def _input(call: dict[str, Any], at: int) -> dict[str, Any]:
+    """A call's arguments as the tool_use ``input`` object; a 400 where they are not one
+    (NOTE(cut-call))."""
+    fn = call["function"]
     try:
-        value = json.loads(arguments)
-    except ValueError:
-        return {}
-    return value if isinstance(value, dict) else {}
+        value = json.loads(fn["arguments"])
+    except ValueError as exc:
+        why = f"are not JSON ({exc})"
+    else:
+        if isinstance(value, dict):
+            return value
+        why = "are not a JSON object"
+    raise RequestError.field(f"content[{at}].input", f"the arguments of the call to "
+                             f"{shown(fn['name'])} {why}: it was cut short (a stop sequence "
+                             "or max_tokens) and must not run")
 
 
 def _is_json(text: str) -> bool:
@@ -119,7 +136,7 @@ class MessagesView:
                     "signature": uuid.uuid4().hex}] if msg.get("reasoning") else []
         content += [{"type": "text", "text": msg["content"]}] if msg.get("content") else []
         content += [{"type": "tool_use", "id": c["id"], "name": c["function"]["name"],
-                     "input": _input(c["function"]["arguments"])} for c in calls]
+                     "input": _input(c, len(content) + i)} for i, c in enumerate(calls)]
         out = {"id": chat["id"], "type": "message", "role": "assistant",
                "content": content or [{"type": "text", "text": ""}], "model": chat["model"],
                "stop_reason": reason}

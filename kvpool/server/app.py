@@ -51,6 +51,8 @@
                              spelled ``token_id:<id>`` (vLLM's --return-tokens-as-token-ids)
     default_chat_template_kwargs  the chat template's kwargs under a request's own, key by
                              key (vLLM's --default-chat-template-kwargs)
+    anthropic_disabled_thinking_effort  the reasoning_effort of a Messages request's disabled
+                             thinking: auto (probed) or an effort (anthropic_effort.py)
     trust_request_chat_template  run a ``chat_template`` a request sends (template_cache.py
                              NOTE(untrusted-template)); default: refused with a 400
     tool_call_parser         reads ``tool_choice: auto`` output (tools/parsers.py); None: auto
@@ -146,10 +148,9 @@ def build_app(engine: EngineClient, *, api_key: str | tuple[str, ...] | None = N
               override_generation_config: Mapping[str, Any] | None = None, dev_routes: bool = False,
               tool_call_parser: str | None = None, cors: CorsPolicy = DEFAULT_CORS,
               trust_request_chat_template: bool = False, server_load_tracking: bool = False,
-              default_chat_template_kwargs: Mapping[str, Any] | None = None) -> web.Application:
+              default_chat_template_kwargs: Mapping[str, Any] | None = None,
+              anthropic_disabled_thinking_effort: str = "auto") -> web.Application:
     """The OpenAI-compatible app (each option: the module docstring's table)."""
-    if max_body_bytes < 1:
-        raise ValueError(f"max_body_bytes={max_body_bytes!r}: use a positive byte count")
     app = _edge(api_key, tenant_header, cors, max_body_bytes, ServerLoad(server_load_tracking))
     names = served_model_names or tuple(dict.fromkeys(
         n for n in (engine.model_name, engine.config.served_model_name) if n))
@@ -169,7 +170,7 @@ def build_app(engine: EngineClient, *, api_key: str | tuple[str, ...] | None = N
     ResponsesRoute.register(app, routes)  # POST /v1/responses, GET /v1/responses/{id}, cancel
     # POST /v1/kvpool/lookup (the router asks): the generation routes' parse pool and salts
     LookupRoute.register(app, engine, parser, routes.parse_pool, namespace)
-    _wire(app, engine, metrics, routes, gate, dev_routes)
+    _wire(app, engine, metrics, routes, gate, dev_routes, anthropic_disabled_thinking_effort)
     app[_ENGINE_SHUTDOWN_KEY] = float(engine_shutdown_timeout)
     app[_MANAGE_ENGINE_KEY] = manage_engine
     return app
@@ -178,6 +179,8 @@ def build_app(engine: EngineClient, *, api_key: str | tuple[str, ...] | None = N
 def _edge(api_key: str | tuple[str, ...] | None, tenant_header: str | None, cors: CorsPolicy,
           max_body_bytes: int, load: ServerLoad) -> web.Application:
     """The app with its edge: the middlewares, the CORS headers of every answer, GET /load."""
+    if max_body_bytes < 1:
+        raise ValueError(f"max_body_bytes={max_body_bytes!r}: use a positive byte count")
     # NOTE(order): first = outermost; a preflight carries no key, so it is answered before auth
     middlewares: list[Middleware] = [error_middleware, cors.middleware()]
     keys = (api_key,) if isinstance(api_key, str) else tuple(api_key or ())
@@ -233,7 +236,8 @@ def _parser(engine: EngineClient, names: tuple[str, ...], max_json_depth: int,
 
 
 def _wire(app: web.Application, engine: EngineClient, metrics: KVPoolMetrics,
-          routes: OpenAIRoutes, gate: RequestGate, dev_routes: bool = False) -> None:
+          routes: OpenAIRoutes, gate: RequestGate, dev_routes: bool = False,
+          disabled_effort: str = "auto") -> None:
     """The app's keys and its lifetime hooks (and vLLM's development routes, if asked)."""
     if dev_routes:  # POST /reset_prefix_cache, /reset_mm_cache, /reset_encoder_cache
         DevRoutes.register(app, engine)
@@ -248,7 +252,7 @@ def _wire(app: web.Application, engine: EngineClient, metrics: KVPoolMetrics,
     app.on_cleanup.append(_close_routes)
     app.cleanup_ctx.append(_engine_lifetime)
     # POST /v1/messages, /v1/messages/count_tokens: last, so its error hook follows json_errors
-    MessagesRoute.register(app, routes)  # (anthropic_api.py NOTE(anthropic-errors))
+    MessagesRoute.register(app, routes, disabled_effort)  # (NOTE(anthropic-errors))
     # vLLM's http_requests_total & co.: its middleware outermost, its hook after every other
     # (NOTE(http-counting) in http_counting.py)
     HttpCounting(HttpSeries.attach(metrics)).register(app)

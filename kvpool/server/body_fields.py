@@ -19,7 +19,7 @@ import json
 from typing import Any
 from urllib.parse import quote
 
-from kvpool.errors import RequestError
+from kvpool.errors import RequestError, shown
 from kvpool.server.field_policy import IGNORED_FIELDS_HEADER, MAX_NAME_CHARS, is_int
 from kvpool.server.json_body import bool_field, json_bool, json_float, json_int
 from kvpool.server.sampling_fields import SAMPLING_FIELDS
@@ -28,12 +28,21 @@ from kvpool.server.vllm_fields import CHAT_EXTRAS, COMPLETION_EXTRAS
 _bad = RequestError.field  # errors.py: "param: message", with the param named
 
 __all__ = ["INT32", "KNOWN_CHAT", "KNOWN_COMPLETION", "KNOWN_DETOKENIZE", "KNOWN_TOKENIZE",
-           "MAX_CACHE_SALT_CHARS", "UNSUPPORTED_CHAT", "UNSUPPORTED_COMPLETION",
+           "INT64", "MAX_CACHE_SALT_CHARS", "UNSUPPORTED_CHAT", "UNSUPPORTED_COMPLETION",
            "check_unsupported", "ignored_header", "is_number", "opt", "salt_and_priority",
-           "stop_strings", "stream_options", "token_ids", "with_defaults"]
+           "seed_field", "stop_strings", "stream_options", "token_ids", "with_defaults"]
 
-MAX_CACHE_SALT_CHARS = 1024
+MAX_CACHE_SALT_CHARS = 128  # vLLM's _MAX_CACHE_SALT_LENGTH
 INT32 = 1 << 31
+INT64 = 1 << 63  # vLLM's seed and priority: -INT64 <= value < INT64
+# NOTE(salt-rule): vLLM 0.33's validate_cache_salt (chat, completions, responses; messages
+# through the chat request it builds), its words: a salt must be a non-empty string of at most
+# 128 characters without '@', '/', '\' or NUL (checked "before they reach downstream cache
+# backends"); a salt it refuses is the same 400 here, where any but NUL was taken before.
+_SALT_FORBIDDEN = frozenset("@/\\\x00")
+_SALT_EMPTY = "Parameter 'cache_salt' must be a non-empty string if provided."
+_SALT_BAD = ("Parameter 'cache_salt' must be at most 128 characters and must not contain "
+             "'@', '/', '\\\\', or NUL.")
 
 
 def is_number(v: Any) -> bool:
@@ -75,15 +84,25 @@ def stream_options(options: Any, stream: bool) -> tuple[bool, bool]:
 
 
 def stop_strings(stop: Any, max_stop: int) -> tuple[str, ...]:
-    """``stop``: one non-empty string or a list of at most ``max_stop`` of them."""
+    """``stop``: one non-empty string or a list of at most ``max_stop`` of them (vLLM's
+    VLLM_MAX_STOP_STRINGS, 4 by default: --max-stop; a lone string is never counted)."""
     if stop is None:
         return ()
     items = [stop] if isinstance(stop, str) else stop
     if not isinstance(items, list) or not all(isinstance(s, str) and s for s in items):
         raise _bad("stop", "must be a non-empty string or a list of non-empty strings")
-    if len(items) > max_stop:
-        raise _bad("stop", f"at most {max_stop} stop strings, got {len(items)}")
+    if len(items) > max_stop:  # pydantic's words, as vLLM's 400 gives them
+        raise _bad("stop", f"List should have at most {max_stop} items after validation, "
+                   f"not {len(items)}")
     return tuple(items)
+
+
+def seed_field(body: dict[str, Any]) -> int | None:
+    """``seed``: a 64-bit signed integer or null, as vLLM's request models bound it."""
+    seed = opt(body, "seed", int, None)
+    if seed is not None and not -INT64 <= seed < INT64:
+        raise _bad("seed", f"must be a 64-bit signed integer or null, got {shown(seed)}")
+    return seed
 
 
 def token_ids(value: Any, param: str, vocab_size: int, *, allow_none: bool = False,
@@ -119,15 +138,17 @@ def with_defaults(body: dict[str, Any], defaults: dict[str, Any]) -> dict[str, A
 
 
 def salt_and_priority(body: dict[str, Any]) -> tuple[str | None, int]:
-    """The client's cache salt (NUL-free, bounded) and its priority (32-bit)."""
-    salt = opt(body, "cache_salt", str, None)
-    # NUL marks the server's own salts (cache_namespace.py): no client salt spells one
-    if salt is not None and (not 0 < len(salt) <= MAX_CACHE_SALT_CHARS or "\x00" in salt):
-        raise _bad("cache_salt", f"must be 1..{MAX_CACHE_SALT_CHARS} characters, none of "
-                   "them NUL")
+    """The client's cache salt (NOTE(salt-rule); NUL also marks the server's own salts,
+    cache_namespace.py) and its priority (64-bit, vLLM's bound)."""
+    salt = body.get("cache_salt")
+    if salt is not None and (not isinstance(salt, str) or not salt):
+        raise RequestError(_SALT_EMPTY, param="cache_salt")
+    if salt is not None and (len(salt) > MAX_CACHE_SALT_CHARS
+                             or not _SALT_FORBIDDEN.isdisjoint(salt)):
+        raise RequestError(_SALT_BAD, param="cache_salt")
     priority = opt(body, "priority", int, 0)
-    if not -INT32 <= priority < INT32:
-        raise _bad("priority", "must fit in a 32-bit signed integer")
+    if not -INT64 <= priority < INT64:
+        raise _bad("priority", f"must be a 64-bit signed integer, got {shown(priority)}")
     return salt, priority
 
 

@@ -314,7 +314,8 @@ class PromptStreams:
             self.engine.check_pool(ids, params)
 
     async def start(self) -> None:
-        self.open()
+        if not self.streams:  # else opened by its caller already (responses_api.py)
+            self.open()
         await self.firsts_awaited()
 
     def open(self) -> None:

@@ -31,9 +31,10 @@ class ModelNotFoundError(RequestError):
 
 
 class ServedNames:
-    """The names a request's ``model`` may give: the served ones (the first is the default)
-    and aliases, each answered as the served name it stands for (NOTE(served-name) in
-    kvpool/runtime/engine/model_name.py)."""
+    """The names a request's ``model`` may give: the served ones and aliases (NOTE(served-name)
+    in kvpool/runtime/engine/model_name.py). NOTE(first-name): every one is answered as the
+    first served name, as vLLM 0.33 answers (OpenAIModelRegistry.model_name: its first base
+    model path, for chat, completions, Responses and Messages alike), whichever was asked."""
 
     __slots__ = ("names", "aliases", "said")
 
@@ -45,20 +46,21 @@ class ServedNames:
         self.said: set[str] = set()  # the aliases whose use was logged (once each)
 
     def resolve(self, model: Any) -> str:
-        """The served name ``model`` asks for; none or "" (vLLM's rule) is the first."""
+        """The name an answer to ``model`` shows: the first served name (NOTE(first-name));
+        none or "" (vLLM's rule) asks for it too."""
         if model is None or model == "":
             return self.names[0]
         if not isinstance(model, str):
             raise RequestError.field("model", f"must be a string, got {type(model).__name__}")
         if model in self.names:
-            return model
+            return self.names[0]
         if model in self.aliases:
             if model not in self.said:
                 self.said.add(model)
                 log.warning("a request asked for model %r, kvpool's old name for %r: send %r "
                             "(vLLM's name), or serve it with --served-model-name %s",
                             model, self.aliases[model], self.aliases[model], model)
-            return self.aliases[model]
+            return self.names[0]
         raise ModelNotFoundError(f"The model `{model}` does not exist; this server "
                                  f"serves {', '.join(repr(m) for m in self.names)}")
 

@@ -43,7 +43,7 @@ from kvpool.sched import exceeds_context
 from kvpool.server.best_of import read_best_of
 from kvpool.server.body_fields import (INT32, KNOWN_CHAT, KNOWN_COMPLETION, KNOWN_TOKENIZE,
                                       UNSUPPORTED_CHAT, UNSUPPORTED_COMPLETION,
-                                      check_unsupported, opt, salt_and_priority,
+                                      check_unsupported, opt, salt_and_priority, seed_field,
                                       stop_strings, stream_options, token_ids, with_defaults)
 from kvpool.server.field_policy import FieldPolicy
 from kvpool.server.builtin_template import ChatTemplate
@@ -254,7 +254,7 @@ class RequestParser:
             temperature=opt(body, "temperature", float, 1.0),
             top_p=opt(body, "top_p", float, 1.0),
             top_k=self._top_k(body),
-            seed=opt(body, "seed", int, None),
+            seed=seed_field(body),
             stop=stop_strings(body.get("stop"), self.max_stop),
             stop_token_ids=token_ids(body.get("stop_token_ids"), "stop_token_ids",
                                      self.vocab_size, allow_none=True, lax=True),

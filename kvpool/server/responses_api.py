@@ -54,9 +54,11 @@ from kvpool.server.chunk_view import SSE_HEADERS
 from kvpool.server.field_policy import FieldPolicy
 from kvpool.server.handlers import OpenAIRoutes, PromptStreams
 from kvpool.server.json_answer import json_encoded
+from kvpool.server.logprob_fields import LogprobRequest
 from kvpool.server.query_bool import query_bool
 from kvpool.server.query_int import query_int
 from kvpool.server.parsed_request import ParsedRequest
+from kvpool.server.protocol import RequestParser
 from kvpool.server.response_store import ResponseStore, StoredResponse
 from kvpool.server.responses import ResponseBuilder
 from kvpool.server.responses_background import BackgroundRuns, EventLog, api_error
@@ -138,6 +140,21 @@ def _grammar_named(params: SamplingParams) -> SamplingParams:
     return dataclasses.replace(params, response_format=dataclasses.replace(spec, param=name))
 
 
+def _hidden(req: ParsedRequest, inp: ResponsesInput, parser: RequestParser) -> ParsedRequest:
+    """NOTE(hidden): ``include_reasoning: false``, on a server whose output a parser reads
+    (``--reasoning-parser``, or an auto ``--tool-call-parser``), leaves the reasoning out
+    (chat's rule: reasoning.py) and every logprob of the output too, streamed or not, as
+    vLLM 0.33's Responses route hides them there (responses/serving.py
+    _make_response_output_items and its streamed ``hide_stream_metadata``): ``include``'s
+    logprobs are not computed, so each part's are null (streamed: each delta's []) as when
+    not asked; ``top_logprobs`` is still checked and echoed. On a server with no such
+    parser the field changes nothing, as there."""
+    if inp.include_reasoning or not (parser.reasoning_parser or parser.tool_parser):
+        return req
+    return dataclasses.replace(req, logprob=LogprobRequest(),
+                               params=dataclasses.replace(req.params, logprobs=None))
+
+
 class ResponsesRoute:
     """The routes over the app's chat machinery (``routes``) and a response store."""
 
@@ -175,6 +192,7 @@ class ResponsesRoute:
             except RequestError as exc:
                 raise _renamed(exc) from None
             ignored += tuple(map(_field, req.ignored))
+            req = _hidden(req, inp, parser)  # NOTE(hidden)
             return dataclasses.replace(req, ignored=inp.ignored + ignored,
                                        params=_grammar_named(req.params))
 
@@ -201,27 +219,35 @@ class ResponsesRoute:
     async def _background(self, request: web.Request, tenant: str, inp: ResponsesInput,
                           req: ParsedRequest) -> web.StreamResponse:
         """NOTE(background) in responses_background.py: the queued object (or, streamed, the
-        run's events) now, the run in a task of its own."""
+        run's events) now, the run in a task of its own.
+
+        NOTE(refused-at-once): the engine request is queued here, before the queued object
+        is made, as a request not in the background queues it before its first byte: so
+        every refusal the plain POST answers at once (the pool's 400 for a request it can
+        never hold, --max-queue's 503 queue_full with Retry-After, the 503 of an engine
+        stopping or failed) is this POST's answer too, and nothing is stored or run. vLLM
+        0.33 has no queue bound: it queues every background response (responses/serving.py);
+        a run that could never start would be a "failed" response the client polls for."""
         if not (self.store.max_entries and self.store.max_bytes):
             raise RequestError(NO_STORE, param="background")
         self.background.check_room(req.stream)
         builder, updates = self.routes.open(req)  # the gate's 503 / 429 here
-        try:
-            updates.check()  # a request the pool can never hold: its 400 now
-        except BaseException:
-            await updates.release()
-            raise
         log = EventLog() if req.stream else None
         keep = functools.partial(self._keep, tenant, inp, log=log)  # failed, cancelled
         finished: list[dict[str, Any]] = []  # a streamed run's body, kept with all its events
-        view = ResponsesView(builder, inp, _stored_apart if log is None else finished.append,
-                             self.cache_block)
-        body = view.response("queued", [], None)
-        queued = StoredResponse(body, inp.conversation)  # output [], so no turns of its own
-        self.store.put(tenant, view.id, queued)  # NOTE(background): a continuation may name it
-        run = functools.partial(self._run, tenant, view, updates, log,
-                                lambda: keep(finished[0]))
-        self.background.start((tenant, view.id), body, keep, run, log, queued)
+        try:
+            updates.open()  # NOTE(refused-at-once)
+            on_done = _stored_apart if log is None else finished.append
+            view = ResponsesView(builder, inp, on_done, self.cache_block)
+            body = view.response("queued", [], None)
+            queued = StoredResponse(body, inp.conversation)  # output []: no turns of its own
+            self.store.put(tenant, view.id, queued)  # NOTE(background): a continuation reads it
+            run = functools.partial(self._run, tenant, view, updates, log,
+                                    lambda: keep(finished[0]))
+            self.background.start((tenant, view.id), body, keep, run, log, queued)
+        except BaseException:  # nothing queued, stored or running
+            await updates.release()
+            raise
         if log is None:
             return web.json_response(body, headers=ignored_header(req.ignored))
         return await self._follow(request, log, -1, req.ignored)

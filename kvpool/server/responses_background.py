@@ -3,8 +3,10 @@ request that asked for it, as vLLM 0.33 runs it with its store on (kvpool's stor
 on; with ``--max-stored-responses 0`` or ``--max-stored-response-bytes 0`` it is off, and
 ``background`` is vLLM's 400 for that case)::
 
-    POST        parse, compile, the gate's admission: their 400 / 429 / 503 as usual; then the
-                response object at once, status "queued", output [], usage null
+    POST        parse, compile, the gate's admission, the pool's rules, the engine's queue
+                (--max-queue): their 400 / 429 / 503 as usual, at once, nothing stored
+                (responses_api.py NOTE(refused-at-once)); then the response object at once,
+                status "queued", output [], usage null
     the run     one task per response: the engine request, to the end, as a request not
                 streamed runs (handlers.py ``run``)
     GET         while it runs: the queued object (vLLM's status stays "queued" until the

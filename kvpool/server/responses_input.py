@@ -1,23 +1,25 @@
 """A Responses API body -> the chat body the chat parser takes, and the conversation it holds.
 
-The messages, in order: ``instructions`` as a system message; the conversation of
-``previous_response_id`` (its input and output; not its instructions: OpenAI does not carry
-them over); then ``input``: a string (one user message) or a list of messages, each
-``{"role", "content"}`` (``"type": "message"`` optional) whose content is a string or a list of
-``input_text`` / ``output_text`` parts, joined with newlines as vLLM (and the chat route,
-chat_messages.py) joins text parts (the output items of an earlier response can be sent back
-as they came). Function calling (responses_tools.py): ``tools``, ``tool_choice`` and
-``parallel_tool_calls`` become chat's; a ``function_call`` item is an assistant message's tool
-call (consecutive calls, and an assistant message right before them, make one message, as
-chat holds parallel calls) and a ``function_call_output`` item a ``tool`` message answering
-its ``call_id``; ``custom`` and ``namespace`` tools and ``custom_tool_call`` items are shown as
-function tools and calls, as vLLM shows them (responses_custom.py); a ``reasoning`` item is an
-assistant's earlier thinking (responses_items.py has every item kind).
+The messages, in order: ``instructions`` as a system message (none when empty, as vLLM
+adds none); the conversation of ``previous_response_id`` (its input and output, less its
+system messages: NOTE(history)); then ``input``: a string (one user message) or a list of
+messages, each ``{"role", "content"}`` (``"type": "message"`` optional) whose content is a
+string or a list of ``input_text`` / ``output_text`` parts, joined with newlines as vLLM (and
+the chat route, chat_messages.py) joins text parts (the output items of an earlier response
+can be sent back as they came). Function calling (responses_tools.py): ``tools``,
+``tool_choice`` and ``parallel_tool_calls`` become chat's; a ``function_call`` item is an
+assistant message's tool call (consecutive calls, and an assistant message right before
+them, make one message, as chat holds parallel calls) and a ``function_call_output`` item a
+``tool`` message answering its ``call_id``; ``custom`` and ``namespace`` tools and
+``custom_tool_call`` items are shown as function tools and calls, as vLLM shows them
+(responses_custom.py); a ``reasoning`` item is an assistant's earlier thinking
+(responses_items.py has every item kind).
 ``max_output_tokens`` is the chat ``max_tokens``; the sampling fields (vLLM's:
 penalties, ``min_p``, ``logit_bias``, ``stop_token_ids``, ...) and ``chat_template_kwargs`` pass
 through; ``include`` ``message.output_text.logprobs`` is chat's ``logprobs`` (``top_logprobs``
 alternatives); ``truncation: "auto"`` is chat's ``truncate_prompt_tokens: -1``,
-``reasoning.effort`` chat's ``reasoning_effort``. ``text.format``
+``reasoning.effort`` chat's ``reasoning_effort``, ``include_reasoning`` chat's (and more:
+responses_api.py NOTE(hidden)). ``text.format``
 ``json_schema`` / ``json_object`` is the chat ``response_format`` of the same constraint, as
 vLLM runs it, and vLLM's ``structured_outputs`` chat's (not with ``text.format``);
 ``background`` is kept for responses_api.py; the fields vLLM only echoes (``service_tier``,
@@ -25,6 +27,14 @@ vLLM runs it, and vLLM's ``structured_outputs`` chat's (not with ``text.format``
 (files, images) and Responses features this server does not implement (hosted
 tools, stored ``prompt`` templates) are a 400 naming the field, so a client never gets a
 silently different result.
+
+NOTE(history): a continuation reads the earlier response's conversation without any
+system-role message: not its instructions (never part of it) nor a ``system`` message of
+its input, as vLLM 0.33 drops every system message of the history it continues
+(responses/utils.py construct_input_messages: instructions do not carry over, OpenAI's
+rule); a ``developer`` message stays, as there. The store keeps them; each continuation
+drops them as it reads, so a chain of continuations carries none of the earlier inputs'
+system messages.
 """
 
 from __future__ import annotations
@@ -61,10 +71,13 @@ VERBOSITIES = (None, "low", "medium", "high")  # OpenAI's text.verbosity
 KNOWN_RESPONSES = frozenset({"input", "instructions", "max_output_tokens", "store",
                              "previous_response_id", "metadata", "text", "tools", "tool_choice",
                              "parallel_tool_calls", "include", "top_logprobs", "truncation",
-                             "reasoning", "structured_outputs", "background", "request_id"}
+                             "reasoning", "structured_outputs", "background", "request_id",
+                             "include_reasoning"}
                             | set(PASS_THROUGH) | {"prompt"} | ECHOED)
 INCLUDE_LOGPROBS = "message.output_text.logprobs"
-MAX_ID_CHARS = 256  # a client's request_id
+INCLUDABLE = ("code_interpreter_call.outputs", "computer_call_output.output.image_url",
+              "file_search_call.results", "message.input_image.image_url", INCLUDE_LOGPROBS,
+              "reasoning.encrypted_content")  # vLLM 0.33's include values, its order
 
 
 class ResponseNotFoundError(RequestError):
@@ -100,6 +113,7 @@ class ResponsesInput:
     top_logprobs: int | None = None  # the logprobs asked (vLLM's echo: none without include)
     reasoning: dict[str, Any] | None = None  # echoed as vLLM dumps it (_reasoning)
     request_id: str | None = None  # the response's id when the client names it (_request_id)
+    include_reasoning: bool = True  # vLLM's field (chat's too): responses_api.py NOTE(hidden)
     echoed: dict[str, Any] = field(default_factory=dict)  # responses_echo.py
 
 
@@ -138,9 +152,11 @@ def responses_to_chat(body: dict[str, Any], fields: FieldPolicy,
         previous = lookup(previous_id)
         if previous is None:
             raise ResponseNotFoundError(previous_id)
-        before = previous.messages
+        # NOTE(history): its system messages dropped
+        before = tuple(m for m in previous.messages if m.get("role") != "system")
     conversation = before + tuple(input_messages(body.get("input")))
-    system = ({"role": "system", "content": instructions},) if instructions is not None else ()
+    # vLLM adds no system turn for empty instructions (responses/utils.py; echoed as sent)
+    system = ({"role": "system", "content": instructions},) if instructions else ()
     chat = {k: body[k] for k in PASS_THROUGH if body.get(k) is not None}
     chat["messages"] = [dict(m) for m in system + conversation]
     max_output = _opt(body, "max_output_tokens", int, None)
@@ -149,6 +165,7 @@ def responses_to_chat(body: dict[str, Any], fields: FieldPolicy,
     top_logprobs = _include(body, chat)
     truncation = _truncation(body, chat)
     reasoning = _reasoning(body, chat)
+    include_reasoning = chat["include_reasoning"] = bool_field(body, "include_reasoning", True)
     chat.update(tool_fields(body))
     _constraint(body, fmt, chat)
     store = bool_field(body, "store", True)  # NOTE(lax-bool): as vLLM's model reads it
@@ -158,17 +175,16 @@ def responses_to_chat(body: dict[str, Any], fields: FieldPolicy,
                           tools=ResponsesTools(body), truncation=truncation,
                           background=_background(body, store), top_logprobs=top_logprobs,
                           reasoning=reasoning, echoed=echoed_fields(body),
-                          request_id=_request_id(body))
+                          request_id=_request_id(body), include_reasoning=include_reasoning)
 
 
 def _request_id(body: dict[str, Any]) -> str | None:
     """vLLM's ``request_id``: the response's id, as the client names it so it can fetch or
     cancel it by that name (a stored one of the same tenant and id is replaced, as vLLM's
-    store replaces it); 1-256 characters."""
-    rid = _opt(body, "request_id", str, None)
-    if rid is not None and not 0 < len(rid) <= MAX_ID_CHARS:
-        raise _bad("request_id", f"must be 1-{MAX_ID_CHARS} characters")
-    return rid
+    store replaces it); any string, "" too, as vLLM's ``str`` field takes it: the body's
+    bound bounds it (the id is in the few whole-response events of a stream, never a
+    delta's)."""
+    return _opt(body, "request_id", str, None)
 
 
 def _text_echo(body: dict[str, Any]) -> dict[str, Any] | None:
@@ -255,6 +271,10 @@ def _include(body: dict[str, Any], chat: dict[str, Any]) -> int | None:
     include = _opt(body, "include", list, [])
     if not all(isinstance(x, str) for x in include):
         raise _bad("include", "must be a list of strings")
+    bad = next((i for i, x in enumerate(include) if x not in INCLUDABLE), None)
+    if bad is not None:  # vLLM's ResponsesRequest.include: a Literal of these (a 400 there)
+        raise _bad(f"include[{bad}]", f"must be one of {', '.join(INCLUDABLE)}, got "
+                   f"{json.dumps(include[bad])[:60]}")
     # NOTE(lax-int): a string too ("2"): vLLM's Responses model reads it as any int field,
     # with no check_logprobs before it as chat has (logprob_fields.py); the bound is chat's
     top = None if body.get("top_logprobs") is None else _int(body, "top_logprobs")

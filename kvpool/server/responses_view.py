@@ -133,7 +133,8 @@ class ResponsesView:
         self.inp = inp
         self.on_done = on_done
         self.tools = builder.req.tools  # the output is read for calls (tools/), or None
-        self.id = inp.request_id or "resp_" + uuid.uuid4().hex  # vLLM's request_id
+        self.id = inp.request_id if inp.request_id is not None else \
+            "resp_" + uuid.uuid4().hex  # vLLM's request_id, "" too
         self.item_id = "msg_" + uuid.uuid4().hex
         self.sequence = 0
         self.done: dict[str, Any] | None = None

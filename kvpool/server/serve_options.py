@@ -89,6 +89,7 @@ class ServeOptions:
     override_generation_config: dict[str, Any] | None = None
     return_tokens_as_token_ids: bool = False
     default_chat_template_kwargs: dict[str, Any] | None = None  # under a request's own
+    anthropic_disabled_thinking_effort: str = "auto"  # anthropic_effort.py (vLLM's flag)
     disable_uvicorn_access_log: bool = False  # vLLM's: no access line, even at debug
     # every --served-model-name (clients may send any; /v1/models lists them); None: the
     # engine's names (the model dir's)
@@ -184,6 +185,7 @@ class ServeOptions:
                 "override_generation_config": self.override_generation_config,
                 "return_tokens_as_token_ids": self.return_tokens_as_token_ids,
                 "default_chat_template_kwargs": self.default_chat_template_kwargs,
+                "anthropic_disabled_thinking_effort": self.anthropic_disabled_thinking_effort,
                 "per_request_metrics": self.enable_per_request_metrics}
 
     def access_log(self, logger: logging.Logger) -> logging.Logger | None:

@@ -8,10 +8,11 @@
     /detokenize {model?, tokens}                                    -> {prompt}
 
 ``messages`` are rendered exactly as /v1/chat/completions renders them (``reasoning_effort``
-too), so ``count`` equals that request's ``usage.prompt_tokens``. A field either route does not
-know is ignored unread and listed in ``X-Kvpool-Ignored-Fields``, as on the generation routes
-(body_fields.py; ``--reject-unknown-fields``: 400). Bad input: 400 naming the field; an unknown
-model: 404.
+and the server's --default-chat-template-kwargs under the request's chat_template_kwargs too,
+as vLLM's /tokenize renders them), so ``count`` equals that request's ``usage.prompt_tokens``.
+A field either route does not know is ignored unread and listed in ``X-Kvpool-Ignored-Fields``,
+as on the generation routes (body_fields.py; ``--reject-unknown-fields``: 400). Bad input: 400
+naming the field; an unknown model: 404.
 Bodies are bounded by the app's ``client_max_size`` like every other route, and a large one is
 parsed and tokenized on the generation routes' ParsePool, off the event loop (json_body.py).
 """
@@ -22,11 +23,19 @@ from typing import Any
 
 from aiohttp import web
 
-from kvpool.server.body_fields import KNOWN_DETOKENIZE, KNOWN_TOKENIZE, ignored_header
+from kvpool.server.body_fields import (KNOWN_DETOKENIZE, KNOWN_TOKENIZE, ignored_header,
+                                       with_defaults)
 from kvpool.server.json_body import ParsePool, json_bool
 from kvpool.server.protocol import RequestParser
 
-__all__ = ["TokenizeRoutes"]
+__all__ = ["TokenizeRoutes", "with_template_defaults"]
+
+
+def with_template_defaults(body: dict[str, Any], parser: RequestParser) -> dict[str, Any]:
+    """A messages body with the server's --default-chat-template-kwargs under its own
+    chat_template_kwargs, key by key (no other default: a render has no sampling)."""
+    kwargs = parser.defaults.get("chat_template_kwargs")
+    return with_defaults(body, {"chat_template_kwargs": kwargs}) if kwargs else body
 
 
 class TokenizeRoutes:
@@ -42,7 +51,8 @@ class TokenizeRoutes:
         p = self.parser
         body = p.decode_body(raw)
         ignored = p.fields.check(body, KNOWN_TOKENIZE)  # a 400 first, if they are refused
-        ids = p.parse_tokenize(body)
+        chat = body.get("messages") is not None  # the defaults render with messages only
+        ids = p.parse_tokenize(with_template_defaults(body, p) if chat else body)
         out = {"count": len(ids), "max_model_len": p.max_model_len, "tokens": ids}
         if json_bool(body.get("return_token_strs")):  # vLLM's: each id's token (NOTE(lax-bool))
             out["token_strs"] = [p.tokenizer.id_to_token(t) for t in ids]

@@ -39,6 +39,7 @@ from typing import Any
 
 from kvpool.errors import require
 from kvpool.sched.config import POLICIES
+from kvpool.server.anthropic_effort import DISABLED_EFFORT_CHOICES
 from kvpool.server.vllm_config_file import add_config_flag
 from kvpool.server.vllm_dotted import human_int
 from kvpool.server.vllm_flags_refused import NO_LORA, REFUSED, REFUSED_ON, SHORT_ON, only
@@ -251,6 +252,11 @@ def _add_honored_server(group: Any) -> None:
                        default=None, help="the chat template's keyword arguments where a "
                        "request leaves them out, e.g. '{\"enable_thinking\": false}' (a "
                        "request's chat_template_kwargs win key by key, as in vLLM)")
+    group.add_argument("--anthropic-disabled-thinking-effort", default="auto",
+                       choices=DISABLED_EFFORT_CHOICES, help="the reasoning_effort of "
+                       "thinking {type: disabled} on /v1/messages and count_tokens: auto (low "
+                       "where the chat template refuses none or renders it as an effort, else "
+                       "none) or that effort")
     group.add_argument("--override-generation-config", type=_json_object, metavar="JSON",
                        default=None, help="sampling defaults over "
                        "--generation-config's, e.g. '{\"temperature\": 0.6}': temperature, "

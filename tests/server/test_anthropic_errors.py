@@ -22,7 +22,10 @@ BAD = {  # name: (body, the message's start)
     "negative max_tokens": ({**OK, "max_tokens": -1}, "max_tokens: must be a positive"),
     "zero max_tokens": ({**OK, "max_tokens": 0}, "max_tokens: must be a positive"),
     "huge max_tokens": ({**OK, "max_tokens": 10 ** 12}, "max_tokens: must be at most"),
-    "max_tokens text": ({**OK, "max_tokens": "4"}, "max_tokens: must be a positive"),
+    # pydantic's lax int takes "4" and 4.0 (test_anthropic_vllm_rules.py), not a fraction
+    "max_tokens fraction": ({**OK, "max_tokens": 4.5}, "max_tokens: must be a positive"),
+    "max_tokens text": ({**OK, "max_tokens": "4.5"}, "max_tokens: must be a positive"),
+    "stream 2": ({**OK, "stream": 2}, "stream: must be a boolean"),
     "no model": ({"max_tokens": 4, "messages": ASK}, "model: is required"),
     "tool role": ({**OK, "messages": [{"role": "tool", "content": "x"}]},
                   "messages[0].role: must be one of user, assistant, system"),
@@ -57,7 +60,7 @@ BAD = {  # name: (body, the message's start)
     "auto without a parser": ({**OK, "tools": [TOOL]}, '"auto" tool choice requires'),
     "stop_sequences a string": ({**OK, "stop_sequences": "x"}, "stop_sequences: must be"),
     "too many stop_sequences": ({**OK, "stop_sequences": list("abcde")},
-                                "stop_sequences: at most 4"),
+                                "stop_sequences: "),  # value-limit wording: body_fields.py
     "temperature text": ({**OK, "temperature": "hot"}, "temperature: must be a number"),
     "thinking budget": ({**OK, "thinking": {"type": "enabled", "budget_tokens": 10}},
                         "thinking.budget_tokens: must be an integer >= 1024"),
@@ -92,7 +95,8 @@ async def test_hostile_bodies_are_anthropic_400s_beside_a_stream(srv):
             status, out = await post(s, url, body)
             assert check_error(status, out, 400, "invalid_request_error").startswith(start), \
                 (name, out)
-        for name in ("no model", "messages a string", "unknown block", "schema not an object"):
+        for name in ("no model", "messages a string", "unknown block", "schema not an object",
+                     "too long a prompt"):  # vLLM's input check refuses a count past it too
             status, out = await post(s, url + "/count_tokens", BAD[name][0])
             assert check_error(status, out, 400, "invalid_request_error").startswith(
                 BAD[name][1]), (name, out)

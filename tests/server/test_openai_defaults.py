@@ -108,15 +108,32 @@ def test_dtype_spellings_and_served_names_parse():
 
 
 async def test_kvpool_serve_accepts_every_served_model_name():
+    """NOTE(first-name): any served name is served, and answered as the first (vLLM's
+    model_name()), streamed or not, on every generating route; and the default --max-stop is
+    vLLM's VLLM_MAX_STOP_STRINGS, 4."""
     async with subprocess_server("--served-model-name", "first", "second",
                                  "--dtype", "float") as (proc, url, lines):
         async with client(url) as c:
             assert [m.id for m in (await c.models.list()).data] == ["first", "second"]
             for name in ("first", "second"):
                 r = await c.completions.create(model=name, prompt="hi", max_tokens=2)
-                assert r.model == name
+                assert r.model == "first"
             with pytest.raises(openai.NotFoundError):
                 await c.completions.create(model="kvpool-tiny", prompt="hi", max_tokens=2)
+            with pytest.raises(openai.BadRequestError) as err:  # 4 stop strings, not 16
+                await c.completions.create(model="first", prompt="hi", max_tokens=2,
+                                           stop=list("abcde"))
+            assert err.value.body["param"] == "stop"
+        async with aiohttp.ClientSession() as s:
+            for path, body in (("/v1/chat/completions", {"messages": CHAT, "max_tokens": 2}),
+                               ("/v1/responses", {"input": "hi", "max_output_tokens": 2}),
+                               ("/v1/messages", {"messages": CHAT, "max_tokens": 2})):
+                for stream in (False, True):
+                    async with s.post(url + path, json={**body, "model": "second",
+                                                        "stream": stream}) as r:
+                        text = await r.text()
+                    assert r.status == 200 and '"second"' not in text, (path, text[:300])
+                    assert '"model": "first"' in text or '"model":"first"' in text, path
         proc.terminate()
         await proc.wait()
 

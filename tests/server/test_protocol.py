@@ -67,7 +67,8 @@ def test_bad_prompts(prompt, code):
     ("max_tokens", "1e1"), ("max_tokens", 1.5), ("max_tokens", [1]), ("temperature", "hot"),
     ("top_p", "x"), ("top_k", 1.5), ("n", 1.5), ("n", "2.5"), ("seed", 1.5), ("stream", "maybe"),
     ("stop", 5), ("stop", [1]), ("stop", [""]), ("user", 5), ("cache_salt", 5),
-    ("cache_salt", ""), ("priority", "high"), ("priority", 2**40), ("model", 5),
+    ("cache_salt", ""), ("cache_salt", "a/b"), ("cache_salt", "x" * 129),
+    ("priority", "high"), ("priority", 2**63), ("seed", 2**63), ("model", 5),
     ("stream_options", [1]), ("stop_token_ids", "1"), ("stop_token_ids", [600]),
     ("ignore_eos", 2), ("temperature", -1), ("top_p", 2),
 ])
@@ -111,7 +112,7 @@ def test_all_supported_fields_reach_the_request():
     assert (p.n, p.max_tokens, p.temperature, p.top_p, p.top_k, p.seed, p.stop) == (
         2, 5, 0.5, 0.9, 7, 3, ("x",))
     assert p.ignore_eos and p.stop_token_ids == (1,)
-    assert req.model == "alias" and req.stream and req.include_usage
+    assert req.model == MODEL and req.stream and req.include_usage  # NOTE(first-name)
     assert (req.user, req.cache_salt, req.priority) == ("u1", "tenant-a", -2)
 
 

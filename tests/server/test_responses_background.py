@@ -11,6 +11,7 @@ import openai
 import pytest
 from openai import AsyncOpenAI
 
+from kvpool.server.app import GATE_KEY
 from kvpool.server.responses_api import RESPONSES_KEY
 from tests.server.helpers import generated_tokens, wait_free, wait_until
 
@@ -167,22 +168,33 @@ async def test_a_streamed_run_goes_on_when_its_client_leaves(make_server):
         assert rest[-1]["response"]["usage"]["output_tokens"] == 300
 
 
-async def test_a_run_the_engine_refuses_is_failed_with_its_error(make_server):
-    """Admitted, then refused once it runs (the engine's queue is full): status failed,
-    ``error`` the code and message its HTTP answer would have had (middleware.py
-    known_error: "...; retry later"); a request the pool can never hold is a 400 at once."""
-    async with make_server(max_num_seqs=1, max_queue=1) as srv, aiohttp.ClientSession() as s:
-        ids = []
-        for _ in range(4):
-            async with s.post(srv.v1 + "/responses", json={**LONG, "max_output_tokens": 200,
-                                                           "background": True}) as r:
-                ids.append((await r.json())["id"])
-        done = [await poll(s, srv, rid) for rid in ids]
-        failed = [d for d in done if d["status"] == "failed"]
-        assert failed and any(d["status"] == "incomplete" for d in done), done
-        assert all(d["error"]["code"] == "queue_full" and d["output"] == [] for d in failed), \
-            failed
-        assert all(d["error"]["message"].endswith("; retry later") for d in failed), failed
+async def test_a_full_queue_refuses_a_background_response_at_once(make_server):
+    """NOTE(refused-at-once): a full --max-queue is the plain POST's 503 for a background one,
+    streamed or not, and nothing is stored or run. A run that fails as it runs (aborted) is
+    stored "failed", ``error`` its HTTP answer's code and message (middleware.py
+    known_error); a request the pool can never hold is a 400 at once."""
+    async with make_server(max_num_seqs=1, max_queue=1, max_model_len=2048,
+                           max_tokens_limit=2048, num_device_blocks=160) as srv, \
+            aiohttp.ClientSession() as s:
+        body = {**LONG, "max_output_tokens": 2000, "background": True}
+        async with s.post(srv.v1 + "/responses", json=body) as r:
+            rid = (await r.json())["id"]  # in flight until aborted below
+        answers = []
+        for extra in ({}, {"background": True}, {"background": True, "stream": True}):
+            ask = {"input": "x", "max_output_tokens": 2, "request_id": "refused", **extra}
+            async with s.post(srv.v1 + "/responses", json=ask) as r:
+                got = await r.text()  # the error's JSON; before, a 200 (SSE when streamed)
+                code = json.loads(got)["error"]["code"] if r.status != 200 else got[:40]
+                answers.append((r.status, code, r.headers.get("Retry-After")))
+        assert answers == [(503, "queue_full", answers[0][2])] * 3 and answers[0][2], answers
+        async with s.get(f"{srv.v1}/responses/refused") as r:
+            assert r.status == 404  # never stored
+        assert len(srv.app[RESPONSES_KEY].background) == srv.engine.requests_in_flight() == 1
+        await srv.app[GATE_KEY].abort_all()
+        done = await poll(s, srv, rid)
+        assert (done["status"], done["output"], done["error"]["code"]) \
+            == ("failed", [], "request_aborted"), done
+        assert done["error"]["message"].endswith("; retry later"), done
     async with make_server(max_model_len=1024, num_device_blocks=4) as srv, \
             aiohttp.ClientSession() as s:
         body = {**LONG, "max_output_tokens": 200, "background": True}

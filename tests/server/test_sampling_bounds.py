@@ -28,7 +28,7 @@ OUT_OF_RANGE = [
     ("min_p", HUGE), ("min_p", -0.1),
     ("presence_penalty", 2.5), ("presence_penalty", HUGE), ("frequency_penalty", -1e300),
     ("logit_bias", {"5": -HUGE}),  # 1e300 is clamped to 100 (NOTE(bias-clamp))
-    ("seed", 1 << 64), ("seed", -HUGE), ("top_k", HUGE), ("top_k", -2),
+    ("seed", 1 << 63), ("seed", -HUGE), ("top_k", HUGE), ("top_k", -2),
     ("max_tokens", HUGE), ("n", HUGE), ("n", 0), ("min_tokens", HUGE), ("logprobs", HUGE),
 ]
 EDGES = [
@@ -36,7 +36,7 @@ EDGES = [
     {"repetition_penalty": MIN_REPETITION_PENALTY}, {"repetition_penalty": MAX_REPETITION_PENALTY},
     {"repetition_penalty": MAX_REPETITION_PENALTY, "temperature": MAX_TEMPERATURE,
      "presence_penalty": 2, "frequency_penalty": -2, "min_p": 1, "top_p": 1e-9,
-     "logit_bias": {"5": 100, "6": -100}, "seed": (1 << 64) - 1},
+     "logit_bias": {"5": 100, "6": -100}, "seed": (1 << 63) - 1},
     {"top_k": 1, "seed": -(1 << 63), "min_p": 0, "top_p": 1},
 ]
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import json
 
+import aiohttp
 import jsonschema
 import openai
 import pytest
@@ -256,6 +257,38 @@ async def test_bad_tools_are_400s_naming_the_param(served, kw, param):
                                                         if k not in ("tools", "tool_choice")})
         error = err.value.body
         assert error["param"] == param and error["type"] == "invalid_request_error", error
+
+
+BFCL = {"type": "dict", "properties": {"city": {"type": "string"}}, "required": ["city"]}
+
+
+async def test_a_schema_is_checked_only_where_it_is_compiled(served):
+    """NOTE(schema-modes): a Berkeley function-calling (BFCL) style ``"type": "dict"`` schema
+    is served under auto and none on chat, Responses and Messages, as vLLM keeps parameters a
+    plain dict; required and a named choice compile it: a 400 naming it, as before. A named
+    choice compiles only its own tool's."""
+    url, _ = served
+    bfcl = {"type": "function", "function": {"name": "lookup", "parameters": BFCL}}
+    chat = {"messages": ASK, "max_tokens": 2, "tools": [bfcl]}
+    async with aiohttp.ClientSession() as s:
+        async with s.get(url + "/v1/models") as r:
+            model = (await r.json())["data"][0]["id"]
+        for path, body in (
+                ("/v1/chat/completions", {**chat, "tool_choice": "auto"}),
+                ("/v1/chat/completions", {**chat, "tool_choice": "none"}),
+                ("/v1/chat/completions", {**chat, "tools": [bfcl, TOOLS[0]],
+                                          "tool_choice": NAMED}),
+                ("/v1/responses", {"input": "hi", "max_output_tokens": 2, "tools": [
+                    {"type": "function", "name": "lookup", "parameters": BFCL}]}),
+                ("/v1/messages", {"model": model, "messages": ASK, "max_tokens": 2, "tools": [
+                    {"name": "lookup", "input_schema": BFCL}]})):
+            async with s.post(url + path, json=body) as r:
+                assert r.status == 200, (path, await r.text())
+        for choice in ("required", {"type": "function", "function": {"name": "lookup"}}):
+            async with s.post(url + "/v1/chat/completions",
+                              json={**chat, "tool_choice": choice}) as r:
+                out = await r.json()
+            assert r.status == 400 and out["error"]["param"] == "tools[0].function.parameters"
 
 
 async def test_without_the_flag_auto_is_vllms_400_and_none_works(make_server):

@@ -83,7 +83,9 @@ class EngineConfig:
     # --max-tokens-limit: max_tokens per request, at most; None: the context length (vLLM's
     # bound: a prompt plus its max_tokens fit max_model_len, so the context bounds the work)
     max_tokens_limit: int | None = None
-    max_stop: int = 16  # --max-stop: stop strings per request, at most
+    # --max-stop: stop strings per request, at most; vLLM's VLLM_MAX_STOP_STRINGS (4), so a
+    # list vLLM refuses is refused here too (a lone string is never counted)
+    max_stop: int = 4
     # --max-logprobs: k of logprobs / top_logprobs, at most (vLLM's); -1: no cap, the
     # vocabulary's size (server/logprob_fields.py NOTE(whole-vocab))
     max_logprobs: int = 20

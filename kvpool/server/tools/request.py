@@ -3,7 +3,8 @@
 Rules (vLLM's, OpenAI's shapes)::
 
     tools               [{"type": "function", "function": {"name", "description"?,
-                          "parameters"? (a JSON schema object), "strict"?}}, ...]
+                          "parameters"? (an object; checked as a schema only where it
+                          is compiled: NOTE(schema-modes)), "strict"?}}, ...]
     tool_choice         "none" | "auto" | "required" | {"type": "function",
                           "function": {"name": NAME}}; left out: "auto" when tools are given
                           (vLLM's default), else "none"
@@ -101,8 +102,10 @@ def parse_tool_request(body: dict[str, Any], parser: Any) -> ToolRequest | None:
         return None
     if choice == "auto" and parser is None:
         raise RequestError(AUTO_NEEDS_FLAGS, param="tool_choice")
-    grammar = _compile(forced_schema(tools, name, parallel), tools, name) \
-        if choice in ("named", "required") else None
+    grammar = None
+    if choice in ("named", "required"):
+        _check_compiled(tools, name)
+        grammar = _compile(forced_schema(tools, name, parallel), tools, name)
     return ToolRequest(tuple(tools), choice, name, parallel,
                        parser.for_tools(tuple(tools)) if choice == "auto" else None, grammar)
 
@@ -155,16 +158,30 @@ def _function(fn: dict[str, Any], where: str) -> bool | None:
                    "characters")
     if fn.get("description") is not None and not isinstance(fn["description"], str):
         raise _bad(f"{where}.description", "must be a string")
-    params = fn.get("parameters")
-    if params is not None:
-        _schema_shape(params, f"{where}.parameters")
+    if fn.get("parameters") is not None and not isinstance(fn["parameters"], dict):
+        raise _bad(f"{where}.parameters", "must be a JSON schema object")
     return bool_field(fn, "strict", param=f"{where}.strict")
 
 
-def _schema_shape(schema: Any, param: str) -> None:
-    """The checks every mode makes (required / named compile the schema on top of this)."""
-    if not isinstance(schema, dict):
-        raise _bad(param, "must be a JSON schema object")
+def _check_compiled(tools: list[dict[str, Any]], name: str | None) -> None:
+    """NOTE(schema-modes): a schema is checked as one only where it is compiled: each tool's
+    for ``required``, the named tool's for a named choice. vLLM's FunctionDefinition keeps
+    ``parameters`` as a plain dict and compiles tool schemas only for those two choices, so
+    under ``auto`` / ``none`` (and /tokenize) any object is served as sent: Berkeley
+    function-calling (BFCL) style ``{"type": "dict", ...}`` tools reach the template and the
+    auto parsers (which read ``properties`` defensively: typed.py) unchanged."""
+    for i, tool in enumerate(tools):
+        if name is not None and tool["function"]["name"] != name:
+            continue
+        if tool["function"].get("parameters") is not None:
+            _schema_shape(tool["function"]["parameters"], f"tools[{i}].function.parameters")
+        if name is not None:
+            return  # a name given twice: its first tool is the one compiled (NOTE(tool-list))
+
+
+def _schema_shape(schema: dict[str, Any], param: str) -> None:
+    """A compiled schema's top-level ``type`` and ``properties`` (the compile checks the
+    rest)."""
     kind = schema.get("type")
     kinds = kind if isinstance(kind, list) else [kind]
     if kind is not None and not all(isinstance(k, str) and k in _TYPES for k in kinds):
