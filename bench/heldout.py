@@ -273,6 +273,11 @@ product):
               that send a run back to work (written blind at 5cfc54c)
     companion_chat  a character-chat platform: role-play chats re-sent whole behind Zipf cards,
               context drops and memory folds, swipes, group chats, evening peaks (blind, 5cfc54c)
+    moderation  a social platform's moderation service: every post, comment and caption
+              classified behind guidelines, surface rules, examples and language guidance;
+              guideline versions behind a canary, trending threads with copypasta and
+              quote-posts, spam waves, senior escalations, appeals with the user's history
+              (written blind at be52c07)
 
 Same instant-replay semantics as ``bench.policies`` (``simulate``, ``bench.baselines.replay``).
 It prints, per cell, LRU, every product policy, the research candidates

@@ -29,6 +29,7 @@ from bench.heldout_ide import ide_tree
 from bench.heldout_marketplace import marketplace
 from bench.heldout_media_pipeline import media_pipeline
 from bench.heldout_meeting_assist import meeting_assist
+from bench.heldout_moderation import moderation
 from bench.heldout_news_desk import news_desk
 from bench.heldout_npc import npc_world
 from bench.heldout_permits_office import permits_office
@@ -81,4 +82,5 @@ SHAPES = {"drift": drift, "loop": loop, "tenants": tenants, "agent": agent,
           "manufacturing_qc": manufacturing_qc, "sales_crm": sales_crm,
           "property_mgmt": property_mgmt, "airline_ops": airline_ops, "tax_prep": tax_prep,
           "city_311": city_311, "email_triage": email_triage, "lab_notebook": lab_notebook,
-          "swe_agent": swe_agent, "companion_chat": companion_chat}
+          "swe_agent": swe_agent, "companion_chat": companion_chat,
+          "moderation": moderation}
