@@ -45,8 +45,9 @@ per byte: one 8 MiB subscription grew the engine by ~400 MiB, and more after the
 SUBSCRIPTION_SLACK bytes (ZMQ_MAXMSGSIZE: a larger one disconnects its peer before it is
 read), and the replay ROUTER takes frames of at most MAX_REQUEST bytes, so a peer cannot park
 a large partial frame there either. Many distinct small subscriptions still cost the trie
-their bytes (libzmq keeps them even in XPUB's manual mode), so the endpoints belong on a
-network tenants cannot reach (docs/kv_events.md).
+their bytes (libzmq keeps them even in XPUB's manual mode), and libzmq's cleanup of them when
+many peers leave stalled the live stream for 30-60 s (vLLM's too), so the endpoints belong on
+a network tenants cannot reach (docs/kv_events.md).
 XPUB also queues what it passes up (its pending list: no high-water mark covers it), and it
 moves a peer's whole pipe there at a time: a peer resending one subscription as fast as it could
 outran the thread that reads them and grew the process by ~100 MB, kept after it left. With
@@ -231,13 +232,15 @@ class EventPublisher:
              "KV cache events dropped because the publisher's queue was full.", (),
              [((), float(self.dropped))]),
             ("kvpool_kv_events_replay_requests_ignored_total", "counter",
-             "Replay requests ignored: malformed, waiting behind the same client's replay "
-             "and replaced by its next (busy), waiting when their client left (gone), or "
-             "while the most replays were open (full).",
+             "Replay requests ignored: malformed, waiting and replaced by the same "
+             "client's next (busy), waiting when their client left (gone), of a client cut "
+             "for stalling (stalled), or with the most replays open and clients waiting "
+             "(full).",
              ("reason",),
              [(("malformed",), float(rp.bad_requests if rp else 0)),
               (("busy",), float(rp.ignored if rp else 0)),
               (("gone",), float(rp.orphaned if rp else 0)),
+              (("stalled",), float(rp.stalled if rp else 0)),
               (("full",), float(rp.refused if rp else 0))]),
             ("kvpool_kv_events_replays_cut_total", "counter",
              "Replays stopped before their end marker: the client read nothing for a while, "

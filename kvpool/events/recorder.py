@@ -15,6 +15,7 @@ verification is on or off (NOTE(event-tokens)), so a consumer that keys blocks o
 (llm-d's indexer: a hash over the parent's key and the block's tokens) indexes them; host
 (``CPU``) blocks carry theirs too (core/swap.py NOTE(host-tokens)). ``extra_keys`` carries a
 salted chain's published salt with its first block, on either medium (NOTE(event-salt)).
+``group_idx`` is 0 on both kinds, as vLLM's (wire.py NOTE(group-idx)).
 """
 
 from __future__ import annotations
@@ -24,8 +25,8 @@ from collections.abc import Callable, Sequence
 
 from kvpool.core.block import Device
 from kvpool.events.publisher import EventPublisher
-from kvpool.events.wire import (MEDIUM_CPU, MEDIUM_GPU, AllBlocksCleared, BlockRemoved,
-                                BlockStored)
+from kvpool.events.wire import (KV_GROUP, MEDIUM_CPU, MEDIUM_GPU, AllBlocksCleared,
+                                BlockRemoved, BlockStored)
 
 __all__ = ["KVEventRecorder"]
 
@@ -70,7 +71,7 @@ class KVEventRecorder:
                               "kvpool_kv_events_dropped_total); this is a bug, please report it")
             return
         self._submit(BlockStored(list(hashes), parent, list(tokens or ()), self.block_size,
-                                 None, _MEDIUM[device], None, extra))
+                                 None, _MEDIUM[device], None, extra, KV_GROUP))
 
     def _extra_keys(self, n: int, parent: bytes | None,
                     salt: str | None) -> list[list[str] | None] | None:
@@ -88,7 +89,7 @@ class KVEventRecorder:
 
     def removed(self, device: Device, hashes: Sequence[bytes]) -> None:
         if hashes:
-            self._submit(BlockRemoved(list(hashes), _MEDIUM[device]))
+            self._submit(BlockRemoved(list(hashes), _MEDIUM[device], KV_GROUP))
 
     def cleared(self, device: Device) -> None:
         self._submit(AllBlocksCleared())

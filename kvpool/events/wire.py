@@ -12,8 +12,8 @@ name under ``"type"``; fields with a default are left out when they hold it::
 
     {"type": "BlockStored", "block_hashes": [...], "parent_block_hash": h | None,
      "token_ids": [...], "block_size": n, "lora_id": None, "medium": "GPU", "lora_name": None,
-     "extra_keys": [[salt], None, ...]}   (extra_keys only for a salted chain's start)
-    {"type": "BlockRemoved", "block_hashes": [...], "medium": "GPU"}
+     "extra_keys": [[salt], None, ...], "group_idx": 0}   (extra_keys: a salted chain's start)
+    {"type": "BlockRemoved", "block_hashes": [...], "medium": "GPU", "group_idx": 0}
     {"type": "AllBlocksCleared"}
 
 Block hashes are kvpool's own prefix hashes (kvpool.core.hashing, 32-byte digests), sent as
@@ -21,8 +21,8 @@ msgpack bin. vLLM 0.33 sends ints by default (VLLM_KV_EVENTS_USE_INT_BLOCK_HASHE
 digest's last 8 bytes, big-endian) and bytes with it set to 0; its decoder, and this one,
 accept either (docs/kv_events.md "What is published").
 
-Replay (ROUTER socket): a subscriber sends ``[b"", seq]`` from a DEALER (a REQ socket adds the
-empty frame itself) with ``seq`` 8-byte big-endian; the publisher answers
+Replay (ROUTER socket): a subscriber sends ``[b"", seq]`` from a DEALER (not a REQ: it takes
+only the first answer of the many) with ``seq`` 8-byte big-endian; the publisher answers
 ``[b"", topic, seq_i, payload_i]`` for every buffered batch with ``seq_i >= seq``, oldest first,
 then the end marker ``[b"", b"", END_SEQ, b""]`` (END_SEQ is -1 as a signed 8-byte integer).
 """
@@ -33,7 +33,7 @@ from typing import Annotated, Union
 
 import msgspec
 
-__all__ = ["END_SEQ", "MEDIUM_CPU", "MEDIUM_GPU", "AllBlocksCleared", "BlockRemoved",
+__all__ = ["END_SEQ", "KV_GROUP", "MEDIUM_CPU", "MEDIUM_GPU", "AllBlocksCleared", "BlockRemoved",
            "BlockStored", "KVEventBatch", "decode_batch", "decode_seq", "encode_seq",
            "new_encoder"]
 
@@ -43,6 +43,11 @@ __all__ = ["END_SEQ", "MEDIUM_CPU", "MEDIUM_GPU", "AllBlocksCleared", "BlockRemo
 MEDIUM_GPU = "GPU"
 MEDIUM_CPU = "CPU"
 END_SEQ = (-1).to_bytes(8, "big", signed=True)
+# NOTE(group-idx): vLLM 0.33 sets group_idx to the block's KV cache group on every BlockStored
+# and BlockRemoved (its kv_cache_group_id: 0 for a model with one attention type), so it is on
+# the wire; omitted, vLLM's decoder read None. kvpool's pool is one group: 0 on each, sent
+# (omit_defaults leaves out only the default, None).
+KV_GROUP = 0
 
 # NOTE(hash-size): a digest is 32 bytes (kvpool's, vLLM's); a longer "hash" can match no chain,
 # and a router that kept it would grow by its size: decoding refuses more than MAX_HASH_BYTES
@@ -68,6 +73,7 @@ class BlockStored(msgspec.Struct, tag="BlockStored", tag_field="type", omit_defa
     # names and multimodal [hash, offset] pairs, and a batch typed narrower was dropped whole
     # by the router
     extra_keys: list | None = None
+    group_idx: int | None = None  # KV_GROUP from the recorder (NOTE(group-idx))
 
 
 class BlockRemoved(msgspec.Struct, tag="BlockRemoved", tag_field="type", omit_defaults=True,
@@ -76,6 +82,7 @@ class BlockRemoved(msgspec.Struct, tag="BlockRemoved", tag_field="type", omit_de
 
     block_hashes: list[BlockHash]
     medium: str | None
+    group_idx: int | None = None  # KV_GROUP from the recorder (NOTE(group-idx))
 
 
 class AllBlocksCleared(msgspec.Struct, tag="AllBlocksCleared", tag_field="type",

@@ -96,8 +96,11 @@ class SaltKey:
 
 
 # NOTE(clear-tokens): vLLM's BlockStored carries each block's token ids, so anyone who reads
-# the stream (or asks the replay socket for its history) reads every tenant's prompts; the
-# keyed salt hides only which tenant a chain is. Tenants must not reach the sockets.
+# the stream (or asks the replay socket for its history) reads every tenant's prompts. Nor is
+# the tenant hidden: the block hashes fold it in unkeyed (kvpool's router and epp score on them
+# without a key), so a reader who hashes a chain's tokens under guessed tenant names, or
+# guessed API keys, finds whose chain it is, on every replica and across restarts, whatever
+# the salt key. Tenants must not reach the sockets.
 CLEAR_TOKENS = ("KV events carry every tenant's prompt token ids in clear (vLLM's BlockStored), "
                 "and the replay socket serves them from this start on: bind the publisher and "
                 "replay endpoints (--kv-events-config) where only the router or indexer, not "
@@ -127,7 +130,8 @@ def published_salt(salt: str | None, key: bytes) -> str | None:
     is ``"kvpool-ns-"`` + an HMAC-SHA256 of the whole salt under ``key`` (32 hex digits): the
     same for the same (tenant, cache_salt) and distinct across them, as kvpool's chains are,
     and never the header value, the API key or its digest (docs/kv_events.md "Salts in
-    extra_keys").
+    extra_keys"); the block hashes still let a reader test a guessed tenant
+    (NOTE(clear-tokens)).
 
     NOTE(private-salt): a salt that goes on past the namespace's JSON, or holds a NUL without
     one (no client's can: parsing refuses it; prompt-logprobs requests once were prefilled

@@ -103,7 +103,7 @@ SAMPLING_CASES = (
     HostileCase("top_k_enormous", COMPLETIONS,
                 _completion(top_k=10**40, top_p=0.5, temperature=1.0), BAD),
     HostileCase("seed_enormous", COMPLETIONS, _completion(seed=2**80), BAD),
-    HostileCase("priority_enormous", COMPLETIONS, _completion(priority=2**40), BAD),
+    HostileCase("priority_enormous", COMPLETIONS, _completion(priority=2**63), BAD),
     HostileCase("thousands_of_stop_strings", COMPLETIONS,
                 _completion(stop=[f"s{i}" for i in range(5000)]), BAD),
     HostileCase("empty_stop_string", COMPLETIONS, _completion(stop=[""]), BAD),

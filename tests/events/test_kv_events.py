@@ -163,6 +163,7 @@ def test_decodes_with_vllms_own_classes(stack, vllm_events):
     assert stored[0].block_hashes == BlockHasher(BS, "kvpool-tiny").hash_blocks(
         list(range(10, 22)))
     assert stored[0].medium == vllm_events.MEDIUM_GPU and removed[0].medium == "GPU"
+    assert {e.group_idx for e in stored + removed} == {0}  # wire.py NOTE(group-idx)
     # and kvpool's own decoder reads what vLLM's encoder writes
     enc = msgspec.msgpack.Encoder()
     again = decode_batch(enc.encode(batches[0]))

@@ -8,6 +8,8 @@ block manager and publisher, a real SUB and DEALER, all on 127.0.0.1 (docs/kv_ev
 
 from __future__ import annotations
 
+from typing import Any, Union
+
 import msgspec
 import pytest
 
@@ -29,6 +31,48 @@ STORED_OPTIONAL = ("extra_keys", "group_idx", "kv_cache_spec_kind",
 REMOVED, REMOVED_OPTIONAL = ("block_hashes", "medium"), ("group_idx", "locality", "ownership")
 FIELDS = {"BlockStored": (STORED, STORED_OPTIONAL), "BlockRemoved": (REMOVED, REMOVED_OPTIONAL),
           "AllBlocksCleared": ((), ())}
+Hash = Union[bytes, int]  # vLLM's ExternalBlockHash
+
+
+class BlockStored(msgspec.Struct, omit_defaults=True, gc=False, tag=True):
+    """vLLM 0.33's BlockStored, field for field (its msgspec options too)."""
+
+    block_hashes: list[Hash]
+    parent_block_hash: Hash | None
+    token_ids: list[int]
+    block_size: int
+    lora_id: int | None
+    medium: str | None
+    lora_name: str | None
+    extra_keys: list[tuple[Any, ...] | None] | None = None
+    group_idx: int | None = None
+    kv_cache_spec_kind: str | None = None
+    kv_cache_spec_sliding_window: int | None = None
+    locality: str | None = None
+    ownership: str | None = None
+    session_id: str | None = None
+    lookahead_token_ids: list[list[int]] | None = None
+
+
+class BlockRemoved(msgspec.Struct, omit_defaults=True, gc=False, tag=True):
+    block_hashes: list[Hash]
+    medium: str | None
+    group_idx: int | None = None
+    locality: str | None = None
+    ownership: str | None = None
+
+
+class AllBlocksCleared(msgspec.Struct, omit_defaults=True, gc=False, tag=True):
+    pass
+
+
+class KVEventBatch(msgspec.Struct, array_like=True, omit_defaults=True, gc=False):
+    ts: float
+    events: list[Union[BlockStored, BlockRemoved, AllBlocksCleared]]
+    data_parallel_rank: int | None = None
+
+
+VLLM_DECODER = msgspec.msgpack.Decoder(KVEventBatch)
 
 
 def upstream_batch(payload: bytes) -> list[dict]:
@@ -54,6 +98,7 @@ def upstream_event(e: dict) -> None:
         assert e["block_hashes"] and all(type(h) is bytes and len(h) == 32
                                          for h in e["block_hashes"])
         assert e["medium"] in ("GPU", "CPU")
+        assert e["group_idx"] == 0  # vLLM's kv_cache_group_id (wire.py NOTE(group-idx))
     if e["type"] == "BlockStored":
         assert e["parent_block_hash"] is None or len(e["parent_block_hash"]) == 32
         assert type(e["block_size"]) is int and e["block_size"] == BS
@@ -132,3 +177,20 @@ def test_the_replay_is_vllms_and_resends_the_live_bytes(stack):
     assert seqs == list(range(len(seqs))) and set(live) <= set(seqs)
     start = msgspec.msgpack.decode(out[0][3])[1]  # a start says so (pokes may join it)
     assert start and all(e == {"type": "AllBlocksCleared"} for e in start)
+
+
+def test_vllms_classes_read_group_idx_0_on_every_store_and_removal(stack):
+    pub, sub, mgr, _ = stack
+    prefill(mgr, 1, list(range(10, 19)))  # 2 full blocks and a partial one
+    assert mgr.swap.swap_out([1]) is not None
+    mgr.swap.confirm_out([1])  # the host copy: CPU BlockStored
+    assert mgr.swap.swap_in([1]) is not None  # CPU BlockRemoved
+    mgr.free(1)
+    prefill(mgr, 2, list(range(100, 132)))  # 8 blocks: every cached one is evicted (GPU)
+    want = {("BlockStored", "GPU"), ("BlockStored", "CPU"), ("BlockRemoved", "GPU"),
+            ("BlockRemoved", "CPU")}
+    got = sub.until(lambda ev: want <= {(e["type"], e.get("medium")) for e in ev})
+    events = [e for m in got for e in VLLM_DECODER.decode(m[2]).events
+              if not isinstance(e, AllBlocksCleared)]
+    assert want <= {(type(e).__name__, e.medium) for e in events}
+    assert {e.group_idx for e in events} == {0}  # before NOTE(group-idx): None
