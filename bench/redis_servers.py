@@ -18,18 +18,13 @@ import os
 import shutil
 import signal
 import socket
-import ssl
 import subprocess
 import tempfile
 import time
 
+from bench.redis_ports import PortTaken, free_port, ping, reserve_port, server_pid
+
 REDIS_SERVER = shutil.which("redis-server") or "/usr/bin/redis-server"
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def free_cluster_port() -> int:
@@ -47,25 +42,16 @@ def free_cluster_port() -> int:
     raise RuntimeError("no free port pair for a cluster node")
 
 
-def ping(port: int, timeout: float = 0.2, ca: str | None = None) -> bool:
-    """A raw RESP PING (no client library, so no retry or pool gets in the way); over TLS
-    trusting ``ca`` when given. An error reply (NOAUTH) is an answer too."""
-    try:
-        with socket.create_connection(("127.0.0.1", port), timeout=timeout) as raw:
-            s = raw if ca is None else ssl.create_default_context(cafile=ca).wrap_socket(
-                raw, server_hostname="127.0.0.1")
-            s.settimeout(timeout)
-            s.sendall(b"*1\r\n$4\r\nPING\r\n")
-            return s.recv(16).startswith((b"+PONG", b"-NOAUTH"))
-    except OSError:
-        return False
-
-
 class RedisServer:
     def __init__(self, port: int | None = None, maxmemory: str = "256mb",
                  policy: str = "allkeys-lru", password: str | None = None, tls=None,
-                 extra_args: tuple[str, ...] = ()) -> None:
-        self.port = port or free_port()
+                 extra_args: tuple[str, ...] = (),
+                 held: list[socket.socket] | None = None) -> None:
+        # the port's holding sockets, closed once this server answers (NOTE(port-hold))
+        self._held = held or []
+        if not port:
+            port, self._held = reserve_port()
+        self.port = port
         self.maxmemory = maxmemory
         self.policy = policy
         self.password = password
@@ -91,11 +77,22 @@ class RedisServer:
             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         deadline = time.monotonic() + wait_s
         ca = None if self.tls is None else str(self.tls.ca)
-        while not ping(self.port, ca=ca):
-            if self.proc.poll() is not None or time.monotonic() > deadline:
+        while (pid := server_pid(self.port, ca, self.password)) != self.proc.pid:
+            gone = self.proc.poll() is not None
+            if gone or pid is not None or time.monotonic() > deadline:
+                ours = self.proc.pid
                 self.stop()
-                raise RuntimeError(f"redis-server did not answer PING on port {self.port}")
+                if pid is not None or (gone and ping(self.port, ca=ca)):
+                    raise PortTaken(f"port {self.port} is served by another process's "
+                                    f"redis-server (pid {pid}), not this one (pid {ours})")
+                raise RuntimeError(f"redis-server did not answer on port {self.port}")
             time.sleep(0.02)
+        self._release()
+
+    def _release(self) -> None:
+        for s in self._held:
+            s.close()
+        self._held = []
 
     def _listen_args(self) -> list[str]:
         out = ["--requirepass", self.password] if self.password else []
@@ -123,6 +120,7 @@ class RedisServer:
     def stop(self) -> None:
         terminate(self.proc)
         self.proc = None
+        self._release()
         shutil.rmtree(self._dir, ignore_errors=True)
 
 
@@ -192,43 +190,70 @@ def replication_offsets(port: int) -> tuple[int, list[int]]:
 
 
 class RedisClusterProcs:
-    """``masters`` cluster nodes (+ ``replicas`` per master) on free port pairs, joined with
-    ``redis-cli --cluster create``; ``url`` lists every master as a seed node."""
+    """``masters`` cluster nodes (+ ``replicas`` per master) on held port pairs
+    (NOTE(port-hold)), joined with ``redis-cli --cluster create``; ``url`` lists every master
+    as a seed node."""
 
     def __init__(self, masters: int = 3, replicas: int = 0, node_timeout_ms: int = 1000) -> None:
         args = ("--cluster-enabled", "yes", "--cluster-node-timeout", str(node_timeout_ms),
                 # a replica always stands for election, however long ago it heard its master
                 # (a loaded box can delay the link past the default 10 node timeouts)
-                "--cluster-replica-validity-factor", "0")
-        self.nodes = [RedisServer(free_cluster_port(), extra_args=args)
-                      for _ in range(masters * (1 + replicas))]
+                "--cluster-replica-validity-factor", "0",
+                # a replica's first sync starts at once: the default waits 5 s for more
+                # replicas to share one transfer, and each master has one
+                "--repl-diskless-sync-delay", "0")
+        self.nodes = [self._node(args) for _ in range(masters * (1 + replicas))]
         self.masters, self.replicas = masters, replicas
-        self.url = "redis+cluster://" + ",".join(
-            f"127.0.0.1:{n.port}" for n in self.nodes[:masters])
+
+    @property
+    def url(self) -> str:
+        return "redis+cluster://" + ",".join(
+            f"127.0.0.1:{n.port}" for n in self.nodes[:self.masters])
+
+    @staticmethod
+    def _node(args: tuple[str, ...]) -> RedisServer:
+        port, held = reserve_port(cluster=True)
+        return RedisServer(port, extra_args=args, held=held)
+
+    def _started(self, node: RedisServer, tries: int = 5) -> RedisServer:
+        """``node`` started, or a node like it on another held port while another process's
+        server answers on its port (PortTaken, NOTE(port-hold))."""
+        for _ in range(tries):
+            try:
+                node.start()
+                return node
+            except PortTaken:
+                node = self._node(node.extra_args)
+        raise RuntimeError(f"another process took each of {tries} ports held for a node")
 
     def start(self, wait_s: float = 30.0) -> None:
         try:
-            for n in self.nodes:
-                n.start()
+            for i, n in enumerate(self.nodes):  # in place: stop() reaches each one started
+                self.nodes[i] = self._started(n)
             r = subprocess.run(
                 [REDIS_CLI, "--cluster", "create", *[f"127.0.0.1:{n.port}" for n in self.nodes],
                  "--cluster-replicas", str(self.replicas), "--cluster-yes"],
                 capture_output=True, text=True, timeout=wait_s)
             if r.returncode != 0:
                 raise RuntimeError(f"redis-cli --cluster create failed: {r.stdout}{r.stderr}")
-            _wait(self.healthy, wait_s, "cluster_state:ok on every node")
+            _wait(self.healthy, wait_s, "cluster_state:ok on every node and "
+                  f"{self.replicas} synced replica(s) on every master")
         except BaseException:
             self.stop()
             raise
 
     def healthy(self) -> bool:
-        """Every running node says cluster_state:ok, and every replica is in sync with its
-        master (a replica that never synced is not eligible for a failover)."""
+        """Every running node says cluster_state:ok, every replica is in sync with its master
+        (a replica that never synced is not eligible for a failover), and every master serving
+        slots has ``replicas`` of them online (a kill's failover needs one)."""
         live = self._live()
         if not all("cluster_state:ok" in _command(n.port, "CLUSTER", "INFO") for n in live):
             return False
-        roles = [_command(n.port, "INFO", "replication") for n in live]
-        return all("master_link_status:up" in r for r in roles if "role:slave" in r)
+        roles = {n.port: _command(n.port, "INFO", "replication") for n in live}
+        if not all("master_link_status:up" in r for r in roles.values() if "role:slave" in r):
+            return False
+        return all(roles.get(port, "").count("state=online") >= self.replicas
+                   for port in self._serving())
 
     def master_of(self, key: str) -> RedisServer:
         """The master serving ``key``'s slot now."""
@@ -250,16 +275,25 @@ class RedisClusterProcs:
         return "no live node" if live is None else _command(live.port, "CLUSTER", "NODES")
 
     def _slot_owner(self, slot: int) -> RedisServer:
+        for port, ranges in self._serving().items():
+            if any(lo <= slot <= hi for lo, hi in ranges):
+                return next(n for n in self.nodes if n.port == port)
+        raise RuntimeError(f"no master serves slot {slot}")
+
+    def _serving(self) -> dict[int, list[tuple[int, int]]]:
+        """Port -> slot ranges of each master serving slots, not failed, as CLUSTER NODES on
+        a live node says."""
+        out: dict[int, list[tuple[int, int]]] = {}
         for line in _command(self._live()[0].port, "CLUSTER", "NODES").splitlines():
             f = line.split()
             if "master" not in f[2] or "fail" in f[2]:
                 continue
             for rng in f[8:]:
                 lo, _, hi = rng.partition("-")
-                if lo.isdigit() and int(lo) <= slot <= int(hi or lo):
+                if lo.isdigit():
                     port = int(f[1].split(":")[1].split("@")[0])
-                    return next(n for n in self.nodes if n.port == port)
-        raise RuntimeError(f"no master serves slot {slot}")
+                    out.setdefault(port, []).append((int(lo), int(hi or lo)))
+        return out
 
     def _live(self) -> list[RedisServer]:
         """The nodes running now (started, not killed)."""

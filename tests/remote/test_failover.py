@@ -12,6 +12,7 @@ import pytest
 
 import redis
 
+from bench.redis_ports import PortTaken, ping
 from bench.redis_servers import RedisClusterProcs, RedisServer, SentinelProcs, \
     kill_once_acked, replication_offsets
 from kvpool.remote import CircuitBreaker, RedisTier, ValueCodec
@@ -141,3 +142,36 @@ def test_a_master_is_killed_only_once_every_attached_replica_acked():
     finally:
         for s in (m, *reps):
             s.stop()
+
+
+def test_a_server_is_started_only_once_its_own_process_answers():
+    """A redis-server that could not bind its port exited, but the server already there
+    answered the harness's PING, and start() returned as if it ran. Now it raises PortTaken
+    naming the other process, which keeps serving (NOTE(port-hold))."""
+    other = RedisServer()
+    other.start()
+    late = RedisServer(other.port)
+    try:
+        with pytest.raises(PortTaken, match=f"pid {other.pid}\\)"):
+            late.start()
+        assert late.proc is None and ping(other.port)
+    finally:
+        late.stop()
+        other.stop()
+
+
+def test_every_master_gets_a_replica_though_two_nodes_drew_one_port():
+    """Two nodes of one cluster on one port (free_port's picks could repeat: 1 cluster in
+    600): the second node's server exited, the first answered for it, the cluster was made
+    with one master never given a replica, and the failover test's kill waited 30 s on
+    "offsets [] of 0". Now that node moves to another port and every master has a replica."""
+    c = RedisClusterProcs(masters=3, replicas=1)
+    c.nodes[4].port = c.nodes[1].port
+    c.start()
+    try:
+        masters = {c.master_of(f"{{{i}}}").port for i in range(100)}
+        said = {port: replication_offsets(port) for port in masters}
+        assert len(masters) == 3 and all(acked for _, acked in said.values()), said
+        assert len({n.port for n in c.nodes}) == 6
+    finally:
+        c.stop()
