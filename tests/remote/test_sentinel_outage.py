@@ -11,6 +11,7 @@ import time
 
 import pytest
 
+from bench.redis_ports import reserve_port
 from bench.redis_servers import REDIS_SERVER, free_port, ping, terminate
 from kvpool.remote import BreakerState
 from tests.remote.test_diagnose import items, lines, tiers  # noqa: F401 (fixtures)
@@ -45,14 +46,26 @@ async def test_no_sentinel_answering_is_an_outage_not_a_wrong_name(tiers, caplog
 
 def _sentinel(tmp_path, down_after_ms: int):
     """A sentinel monitoring service kvp whose master is a port nothing listens on, judging
-    it down after ``down_after_ms``; (its port, its process)."""
-    port, dead = free_port(), free_port()
+    it down after ``down_after_ms``; (its port, its process). Both ports stay held
+    (bench/redis_ports.py NOTE(port-hold)) until the process is stopped: a free_port() let go
+    at once could be drawn by another worker's server, and a live "dead" master was never
+    judged down (a CI run's 'the sentinel never judged the dead master down')."""
+    (port, held), (dead, held_dead) = reserve_port(), reserve_port()
     conf = tmp_path / "sentinel.conf"
     conf.write_text(f"port {port}\nbind 127.0.0.1\ndir {tmp_path}\n"
                     f"sentinel monitor kvp 127.0.0.1 {dead} 1\n"
                     f"sentinel down-after-milliseconds kvp {down_after_ms}\n")
-    return port, subprocess.Popen([REDIS_SERVER, str(conf), "--sentinel"],
-                                  stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    proc = subprocess.Popen([REDIS_SERVER, str(conf), "--sentinel"],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    proc.held = held + held_dead  # closed by _stop
+    return port, proc
+
+
+def _stop(proc) -> None:
+    """Stop a sentinel by pid and let its ports go."""
+    terminate(proc)
+    for s in proc.held:
+        s.close()
 
 
 @pytest.fixture
@@ -73,7 +86,7 @@ def sentinel_of_a_dead_master(tmp_path):
             pytest.fail("the sentinel never judged the dead master down")
         yield port
     finally:
-        terminate(proc)
+        _stop(proc)
 
 
 async def test_a_master_refusing_before_the_sentinels_judge_it_is_no_url_fix(tmp_path, tiers,
@@ -90,7 +103,7 @@ async def test_a_master_refusing_before_the_sentinels_judge_it_is_no_url_fix(tmp
         assert not await tier.warm_up()
         await _misses(tier)
     finally:
-        terminate(proc)
+        _stop(proc)
     line = _said_once(caplog, "refuses connections")
     assert "failing over" in line and "needs no fix" in line, line
     assert not lines(caplog, "fix --remote-url")
