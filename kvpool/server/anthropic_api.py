@@ -40,7 +40,6 @@ from kvpool.server.handlers import OpenAIRoutes
 from kvpool.server.parsed_request import ParsedRequest
 from kvpool.server.responses_view import cache_block
 from kvpool.server.template_sandbox import BoundedSandbox
-from kvpool.server.tokenize_routes import with_template_defaults
 from kvpool.server.tools.request import parse_tool_request
 
 __all__ = ["MessagesRoute", "merges_inline_system"]
@@ -117,7 +116,7 @@ class MessagesRoute:
         """The prompt ids of NOTE(disabled-effort)'s probe chat at ``effort``."""
         parser = self.routes.parser
         body = {"messages": _EFFORT_PROBE, "reasoning_effort": effort}
-        return parser.parse_tokenize(with_template_defaults(body, parser))
+        return parser.parse_tokenize(body)
 
     def _parse(self, raw: bytes) -> ParsedRequest:
         parser = self.routes.parser
@@ -139,7 +138,7 @@ class MessagesRoute:
                                          disabled_effort=self.disabled.resolve_for(body))
         try:
             parse_tool_request(chat, parser.tool_parser)  # chat's tool 400s, as vLLM renders
-            ids = parser.parse_tokenize(with_template_defaults(chat, parser))
+            ids = parser.parse_tokenize(chat)
         except RequestError as exc:
             raise _renamed(exc) from None
         if len(ids) > parser.max_model_len:  # vLLM's input check: no room asked for output

@@ -185,10 +185,15 @@ class RequestParser:
     def parse_tokenize(self, body: dict[str, Any]) -> list[int]:
         """vLLM's /tokenize body: ``prompt`` (``add_special_tokens``, default true) or
         ``messages`` (rendered as chat completions render them: the same ids, the same
-        ``chat_template`` / ``chat_template_kwargs`` / ``tools`` / ``reasoning_effort``).
-        Never truncated, as vLLM's: chat-only fields (truncate_prompt_tokens, echo...) are
-        unknown here and unread. The route checks unknown fields first (tokenize_routes.py)."""
+        ``chat_template`` / ``chat_template_kwargs`` / ``tools`` / ``reasoning_effort``, the
+        server's --default-chat-template-kwargs under the request's, key by key, as vLLM's
+        /tokenize and count_tokens render them). Never truncated, as vLLM's: chat-only fields
+        (truncate_prompt_tokens, echo...) are unknown here and unread. The route checks unknown
+        fields first (tokenize_routes.py)."""
         body = {k: v for k, v in body.items() if k in KNOWN_TOKENIZE}
+        kwargs = self.defaults.get("chat_template_kwargs")
+        if kwargs and body.get("messages") is not None:  # no other default: no sampling
+            body = with_defaults(body, {"chat_template_kwargs": kwargs})
         self.models.resolve(body.get("model"))
         prompt, messages = body.get("prompt"), body.get("messages")
         if (prompt is None) == (messages is None):

@@ -23,19 +23,11 @@ from typing import Any
 
 from aiohttp import web
 
-from kvpool.server.body_fields import (KNOWN_DETOKENIZE, KNOWN_TOKENIZE, ignored_header,
-                                       with_defaults)
+from kvpool.server.body_fields import KNOWN_DETOKENIZE, KNOWN_TOKENIZE, ignored_header
 from kvpool.server.json_body import ParsePool, json_bool
 from kvpool.server.protocol import RequestParser
 
-__all__ = ["TokenizeRoutes", "with_template_defaults"]
-
-
-def with_template_defaults(body: dict[str, Any], parser: RequestParser) -> dict[str, Any]:
-    """A messages body with the server's --default-chat-template-kwargs under its own
-    chat_template_kwargs, key by key (no other default: a render has no sampling)."""
-    kwargs = parser.defaults.get("chat_template_kwargs")
-    return with_defaults(body, {"chat_template_kwargs": kwargs}) if kwargs else body
+__all__ = ["TokenizeRoutes"]
 
 
 class TokenizeRoutes:
@@ -51,8 +43,7 @@ class TokenizeRoutes:
         p = self.parser
         body = p.decode_body(raw)
         ignored = p.fields.check(body, KNOWN_TOKENIZE)  # a 400 first, if they are refused
-        chat = body.get("messages") is not None  # the defaults render with messages only
-        ids = p.parse_tokenize(with_template_defaults(body, p) if chat else body)
+        ids = p.parse_tokenize(body)
         out = {"count": len(ids), "max_model_len": p.max_model_len, "tokens": ids}
         if json_bool(body.get("return_token_strs")):  # vLLM's: each id's token (NOTE(lax-bool))
             out["token_strs"] = [p.tokenizer.id_to_token(t) for t in ids]
