@@ -1,7 +1,8 @@
 """Ports on 127.0.0.1 for the servers bench/redis_servers.py starts, and who answers on one.
 
 ``free_port()`` names a port free now (and lets it go); ``reserve_port()`` holds one until its
-server listens (NOTE(port-hold)); ``ping()`` says a Redis answers on a port, ``server_pid()``
+server listens (NOTE(port-hold)); ``dead_port()`` one nothing may listen on (NOTE(dead-port));
+``ping()`` says a Redis answers on a port, ``server_pid()``
 which process it is (``PortTaken`` when it is another's).
 """
 
@@ -10,6 +11,8 @@ from __future__ import annotations
 import re
 import socket
 import ssl
+from collections.abc import Iterator
+from contextlib import contextmanager
 
 
 def free_port() -> int:
@@ -55,6 +58,20 @@ def _hold(port: int) -> socket.socket:
         s.close()
         raise
     return s
+
+
+# NOTE(dead-port): a test of "nothing listens there" (a refused connect, a replica whose master
+# is gone) drew its port with free_port(), which lets it go at once: another xdist worker's
+# server could bind it before the connect, and the test talked to a live stranger. A socket
+# bound without SO_REUSEADDR that never listens holds it for the test's life: a connect there
+# is refused (ECONNREFUSED, as at a closed port), bind(0) anywhere never hands it out, and an
+# explicit bind fails even with SO_REUSEADDR (unlike reserve_port's, whose server binds after).
+@contextmanager
+def dead_port() -> Iterator[int]:
+    """A port on 127.0.0.1 that refuses connections while the block runs (NOTE(dead-port))."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        yield s.getsockname()[1]
 
 
 class PortTaken(RuntimeError):

@@ -22,24 +22,9 @@ import subprocess
 import tempfile
 import time
 
-from bench.redis_ports import PortTaken, free_port, ping, reserve_port, server_pid
+from bench.redis_ports import PortTaken, ping, reserve_port, server_pid
 
 REDIS_SERVER = shutil.which("redis-server") or "/usr/bin/redis-server"
-
-
-def free_cluster_port() -> int:
-    """A free port whose cluster bus port (port + 10000) is free too (and exists)."""
-    for _ in range(100):
-        port = free_port()
-        if port + 10000 > 65535:
-            continue
-        with socket.socket() as s:
-            try:
-                s.bind(("127.0.0.1", port + 10000))
-            except OSError:
-                continue
-        return port
-    raise RuntimeError("no free port pair for a cluster node")
 
 
 class RedisServer:
@@ -313,7 +298,8 @@ class SentinelProcs:
         self.master = RedisServer()
         self.replica = RedisServer(extra_args=("--replicaof", "127.0.0.1",
                                                str(self.master.port)))
-        self.port = free_port()
+        # held until stop(): the sentinel binds it with SO_REUSEADDR (NOTE(port-hold))
+        self.port, self._held = reserve_port()
         self._dir = tempfile.mkdtemp(prefix="kvpool-sentinel-")
         self._down_after_ms = down_after_ms
         self.proc: subprocess.Popen | None = None
@@ -379,6 +365,9 @@ class SentinelProcs:
     def stop(self) -> None:
         terminate(self.proc)
         self.proc = None
+        for s in self._held:
+            s.close()
+        self._held = []
         self.replica.stop()
         self.master.stop()
         shutil.rmtree(self._dir, ignore_errors=True)

@@ -150,22 +150,23 @@ async def _main(args) -> dict:
 
 
 async def _open_breaker(blocks: int, prompt: list[int], calls: int = 500) -> dict:
-    from bench.redis_servers import free_port
+    from bench.redis_ports import dead_port
 
-    eng = await engine(blocks, f"redis://127.0.0.1:{free_port()}/0")
-    try:
-        await eng.reader.prefetch(prompt, None)  # refused: the breaker opens
-        lat = []
-        for _ in range(calls):
-            t = time.perf_counter()
-            await eng.reader.prefetch(prompt, None)
-            lat.append((time.perf_counter() - t) * 1e3)
-        lat.sort()
-        return {"open_breaker.prefetch_ms.p50": lat[len(lat) // 2],
-                "open_breaker.prefetch_ms.p99": lat[int(len(lat) * 0.99)],
-                "open_breaker.breaker_state": int(eng.remote_link.tier.breaker.state)}
-    finally:
-        await eng.shutdown()
+    with dead_port() as port:  # refuses throughout (bench/redis_ports.py NOTE(dead-port))
+        eng = await engine(blocks, f"redis://127.0.0.1:{port}/0")
+        try:
+            await eng.reader.prefetch(prompt, None)  # refused: the breaker opens
+            lat = []
+            for _ in range(calls):
+                t = time.perf_counter()
+                await eng.reader.prefetch(prompt, None)
+                lat.append((time.perf_counter() - t) * 1e3)
+            lat.sort()
+            return {"open_breaker.prefetch_ms.p50": lat[len(lat) // 2],
+                    "open_breaker.prefetch_ms.p99": lat[int(len(lat) * 0.99)],
+                    "open_breaker.breaker_state": int(eng.remote_link.tier.breaker.state)}
+        finally:
+            await eng.shutdown()
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -16,7 +16,8 @@ import time
 import pytest
 import redis
 
-from bench.redis_servers import REDIS_SERVER, free_port, ping, terminate
+from bench.redis_ports import reserve_port
+from bench.redis_servers import REDIS_SERVER, ping, terminate
 from kvpool.remote import BreakerState, CircuitBreaker, RedisTier, ValueCodec
 from tests.remote.chains import chain
 from tests.remote.conftest import NS
@@ -58,7 +59,7 @@ def items(codec: ValueCodec, salt: str, n: int = 4) -> list[tuple[str, bytes]]:
 def sentinel(redis_server, tmp_path):
     """A sentinel naming the fixture's server the master of service kvp (no replica: quick to
     start); the tier's URL. Stopped by pid."""
-    port = free_port()
+    port, held = reserve_port()  # until the sentinel is stopped (NOTE(port-hold))
     conf = tmp_path / "sentinel.conf"
     conf.write_text(f"port {port}\nbind 127.0.0.1\ndir {tmp_path}\n"
                     f"sentinel monitor kvp 127.0.0.1 {redis_server.port} 1\n")
@@ -74,6 +75,8 @@ def sentinel(redis_server, tmp_path):
         yield f"redis+sentinel://127.0.0.1:{port}/kvp"
     finally:
         terminate(proc)
+        for sock in held:
+            sock.close()
 
 
 @pytest.fixture(params=["server", "cluster", "sentinel"])

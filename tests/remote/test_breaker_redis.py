@@ -9,7 +9,8 @@ import asyncio
 
 from kvpool.remote import BreakerState, CircuitBreaker, RedisTier, ValueCodec
 from tests.remote.conftest import NS
-from bench.redis_servers import RedisServer, free_port
+from bench.redis_ports import reserve_port
+from bench.redis_servers import RedisServer
 from tests.remote.breakers import wait_closed
 from tests.remote.chains import chain
 from tests.remote.redis_stats import commandstats
@@ -74,10 +75,12 @@ async def _open_on_a_hung_redis(tier: RedisTier, keys: list, items: list) -> Non
 
 
 async def test_a_refused_connection_opens_at_once_and_a_restart_closes_it():
-    port = free_port()  # nothing listens here yet
+    # nothing listens here yet; held (bound, not listening) until srv answers there, so
+    # another process's server cannot take it first (bench/redis_ports.py NOTE(port-hold))
+    port, held = reserve_port()
     tier = RedisTier(f"redis://127.0.0.1:{port}/0", ValueCodec(NS),
                      breaker=CircuitBreaker(threshold=3, reset_s=0.5))
-    srv = RedisServer(port)
+    srv = RedisServer(port, held=held)
     try:
         assert await tier.probe([NS.key(chain(1)[0])]) == 0
         st = tier.stats()

@@ -11,7 +11,8 @@ import time
 import pytest
 import redis
 
-from bench.redis_servers import RedisClusterProcs, RedisServer, free_cluster_port
+from bench.redis_ports import reserve_port
+from bench.redis_servers import RedisClusterProcs, RedisServer
 from kvpool.remote import CircuitBreaker, RedisTier, ValueCodec
 from tests.remote.conftest import NS, three_masters
 
@@ -93,7 +94,8 @@ def _lists_replica(port: int, rep: RedisServer, master_id: str) -> bool:
 
 def _replica_of(c: RedisClusterProcs, master: RedisServer) -> RedisServer:
     """A new cluster node made a replica of ``master``, once every node lists it as one."""
-    rep = RedisServer(free_cluster_port(), extra_args=master.extra_args)
+    port, held = reserve_port(cluster=True)  # bench/redis_ports.py NOTE(port-hold)
+    rep = RedisServer(port, extra_args=master.extra_args, held=held)
     rep.start()
     r, m = redis.Redis(port=rep.port), redis.Redis(port=master.port)
     try:

@@ -16,7 +16,8 @@ from kvpool.remote.diagnose import CLUSTER_FIX
 from tests.remote.breakers import wait_closed
 from tests.remote.chains import chain
 from tests.remote.conftest import NS
-from bench.redis_servers import RedisServer, free_cluster_port
+from bench.redis_ports import reserve_port
+from bench.redis_servers import RedisServer
 from tests.remote.redis_stats import commandstats
 from tests.remote.tls_certs import make_tls_files
 
@@ -124,9 +125,16 @@ async def test_untrusted_certificate_and_plain_url_to_a_tls_port(servers, tiers,
     assert len(up) == 1 and "maxmemory 256 MiB" in up[0] and "allkeys-lru" in up[0], caplog.text
 
 
+def _cluster_node(servers) -> RedisServer:
+    """A started cluster-enabled server; its port and bus port held until it answers
+    (bench/redis_ports.py NOTE(port-hold))."""
+    port, held = reserve_port(cluster=True)
+    return servers(port=port, held=held, extra_args=("--cluster-enabled", "yes"))
+
+
 async def test_cluster_enabled_server_is_refused_with_the_fix(servers, tiers, caplog):
     caplog.set_level(logging.INFO, logger="kvpool.remote")
-    srv = servers(port=free_cluster_port(), extra_args=("--cluster-enabled", "yes"))
+    srv = _cluster_node(servers)
     tier = tiers(srv.url)
     assert not await tier.warm_up()
     refused = [r for r in caplog.records if CLUSTER_FIX in r.getMessage()]
@@ -169,8 +177,7 @@ async def test_noeviction_is_warned_and_an_oom_pauses_the_puts(servers, tiers, c
 
 
 async def _two_node_cluster(servers) -> tuple[RedisServer, RedisServer]:
-    a, b = (servers(port=free_cluster_port(), extra_args=("--cluster-enabled", "yes"))
-            for _ in range(2))
+    a, b = _cluster_node(servers), _cluster_node(servers)
     ra, rb = redis.Redis(port=a.port), redis.Redis(port=b.port)
     try:
         ra.execute_command("CLUSTER", "ADDSLOTSRANGE", 0, 8191)

@@ -12,7 +12,7 @@ import time
 import redis
 
 from kvpool.remote import BreakerState, CircuitBreaker, RedisTier, ValueCodec
-from bench.redis_servers import free_port
+from bench.redis_ports import dead_port
 from tests.remote.breakers import wait_closed
 from tests.remote.chains import chain_items, one_prefix_per_master
 from tests.remote.conftest import NS
@@ -100,11 +100,12 @@ async def test_a_second_readonly_spell_is_said_again(redis_server, make_tier, ca
     try:
         assert await t.warm_up()
         for n in (1, 2):
-            admin.execute_command("REPLICAOF", "127.0.0.1", free_port())  # nobody there
-            for i in range(3):
-                assert await t.put_many(chain_items(t.codec, f"ro{n}.{i}")) == 0
-            assert len(_said(caplog, logging.WARNING, "read-only replica")) == n
-            admin.execute_command("REPLICAOF", "NO", "ONE")
+            with dead_port() as port:  # nobody there (bench/redis_ports.py NOTE(dead-port))
+                admin.execute_command("REPLICAOF", "127.0.0.1", port)
+                for i in range(3):
+                    assert await t.put_many(chain_items(t.codec, f"ro{n}.{i}")) == 0
+                assert len(_said(caplog, logging.WARNING, "read-only replica")) == n
+                admin.execute_command("REPLICAOF", "NO", "ONE")
             assert await wait_closed(t, 5.0) is not None
         assert t.stats().breaker_opens == 2 and t.stats().errors["readonly"] == 2
     finally:

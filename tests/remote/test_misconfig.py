@@ -12,7 +12,8 @@ import pytest
 import redis
 from aiohttp import web
 
-from bench.redis_servers import REDIS_SERVER, free_port, ping, terminate
+from bench.redis_ports import dead_port, reserve_port
+from bench.redis_servers import REDIS_SERVER, ping, terminate
 from kvpool.remote import BreakerState
 from tests.remote.test_diagnose import items, lines, servers, tiers  # noqa: F401 (fixtures)
 
@@ -83,7 +84,7 @@ async def test_a_cluster_url_to_one_server_says_use_redis(servers, tiers, caplog
 @pytest.fixture
 def sentinel(tmp_path):
     """A bare sentinel on 127.0.0.1 monitoring nothing (no name resolves); stopped by pid."""
-    port = free_port()
+    port, held = reserve_port()  # until the sentinel is stopped (NOTE(port-hold))
     conf = tmp_path / "sentinel.conf"
     conf.write_text(f"port {port}\nbind 127.0.0.1\ndir {tmp_path}\n")
     proc = subprocess.Popen([REDIS_SERVER, str(conf), "--sentinel"],
@@ -96,6 +97,8 @@ def sentinel(tmp_path):
         yield port
     finally:
         terminate(proc)
+        for sock in held:
+            sock.close()
 
 
 @pytest.mark.parametrize("service", ["nope", None])  # a wrong name; a server, no sentinel
@@ -192,13 +195,14 @@ async def test_a_server_that_refuses_the_tier_is_not_called_unreachable(servers,
 
 
 async def test_a_closed_port_is_an_outage_that_the_health_check_retries(tiers, caplog):
-    tier = tiers(f"redis://127.0.0.1:{free_port()}/0")  # nothing listens there
-    assert not await tier.warm_up()
-    line = _startup_line(caplog)
-    assert "not reachable at startup (refused)" in line, line
-    assert "the tier PINGs it about every 0.3 s" in line
-    assert tier.breaker.state is not BreakerState.CLOSED  # the PINGs the line promises run
-    assert len(lines(caplog, "nothing accepts connections there")) == 1
+    with dead_port() as port:  # nothing listens there (bench/redis_ports.py NOTE(dead-port))
+        tier = tiers(f"redis://127.0.0.1:{port}/0")
+        assert not await tier.warm_up()
+        line = _startup_line(caplog)
+        assert "not reachable at startup (refused)" in line, line
+        assert "the tier PINGs it about every 0.3 s" in line
+        assert tier.breaker.state is not BreakerState.CLOSED  # the PINGs the line promises run
+        assert len(lines(caplog, "nothing accepts connections there")) == 1
 
 
 @pytest.mark.parametrize("target", ["sentinel", "dbindex"])

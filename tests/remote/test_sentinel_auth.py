@@ -13,7 +13,8 @@ import time
 import pytest
 import redis
 
-from bench.redis_servers import REDIS_SERVER, RedisServer, free_port, terminate
+from bench.redis_ports import reserve_port
+from bench.redis_servers import REDIS_SERVER, RedisServer, terminate
 from kvpool.remote import CircuitBreaker, RedisTier, ValueCodec
 from kvpool.remote.secret_marker import PLAIN, marker_key
 from tests.remote.chains import chain
@@ -23,15 +24,25 @@ from tests.remote.tls_certs import make_tls_files
 
 def _sentinel(tmp_path, master: RedisServer, extra: str, tls=None):
     """A sentinel watching ``master`` as service kvp with the ``extra`` conf lines; its port
-    and process (the caller stops it by pid)."""
-    port = free_port()
+    and process (the caller stops it with ``_stop``). The port stays held until then
+    (bench/redis_ports.py NOTE(port-hold)): the sentinel binds it with SO_REUSEADDR."""
+    port, held = reserve_port()
     listen = (f"port 0\ntls-port {port}\ntls-cert-file {tls.cert}\ntls-key-file {tls.key}\n"
               f"tls-ca-cert-file {tls.ca}\ntls-auth-clients no\n" if tls else f"port {port}\n")
     conf = tmp_path / f"sentinel-{port}.conf"
     conf.write_text(f"{listen}bind 127.0.0.1\ndir {tmp_path}\n{extra}"
                     f"sentinel monitor kvp 127.0.0.1 {master.port} 1\n")
-    return port, subprocess.Popen([REDIS_SERVER, str(conf), "--sentinel"],
-                                  stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    proc = subprocess.Popen([REDIS_SERVER, str(conf), "--sentinel"],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    proc.held = held  # closed by _stop
+    return port, proc
+
+
+def _stop(proc) -> None:
+    """Stop a sentinel by pid and let its port go."""
+    terminate(proc)
+    for s in proc.held:
+        s.close()
 
 
 async def _round_trip(url: str) -> bool:
@@ -81,4 +92,4 @@ async def test_a_hardened_sentinel_is_used_with_its_password_and_tls(tmp_path, r
                    for m in said), said
         assert not any("start the sentinels" in m for m in said), said
     finally:
-        terminate(proc)
+        _stop(proc)

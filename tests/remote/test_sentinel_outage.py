@@ -11,8 +11,8 @@ import time
 
 import pytest
 
-from bench.redis_ports import reserve_port
-from bench.redis_servers import REDIS_SERVER, free_port, ping, terminate
+from bench.redis_ports import dead_port, reserve_port
+from bench.redis_servers import REDIS_SERVER, ping, terminate
 from kvpool.remote import BreakerState
 from tests.remote.test_diagnose import items, lines, tiers  # noqa: F401 (fixtures)
 
@@ -32,10 +32,10 @@ def _said_once(caplog, text: str) -> str:
 
 
 async def test_no_sentinel_answering_is_an_outage_not_a_wrong_name(tiers, caplog):
-    a, b = free_port(), free_port()  # nothing listens on either
-    tier = tiers(f"redis+sentinel://127.0.0.1:{a},127.0.0.1:{b}/kvp")
-    assert not await tier.warm_up()
-    await _misses(tier)
+    with dead_port() as a, dead_port() as b:  # nothing listens on either (NOTE(dead-port))
+        tier = tiers(f"redis+sentinel://127.0.0.1:{a},127.0.0.1:{b}/kvp")
+        assert not await tier.warm_up()
+        await _misses(tier)
     line = _said_once(caplog, "no sentinel answered")
     assert f"127.0.0.1:{a}, 127.0.0.1:{b}" in line and "start the sentinels" in line, line
     assert not lines(caplog, "name no master for that service")

@@ -21,7 +21,7 @@ from kvpool.remote.redis_tier import GET_PARTS
 from kvpool.runtime.engine.workers import default_workers, prestart_default_executor
 from kvpool.runtime.remote.reader import MAX_CHUNKS
 from tests.remote.conftest import NS
-from bench.redis_servers import free_port
+from bench.redis_ports import dead_port
 from tests.remote.engines import PROMPT, engine, run, stop, stored, tokens
 from tests.remote.redis_stats import CountedReads, commandstats
 
@@ -130,14 +130,15 @@ async def test_warm_up_opens_the_pool_once_and_keeps_it_usable(make_tier, redis_
 
 
 async def test_warm_up_with_redis_down_is_false_and_opens_the_breaker():
-    tier = RedisTier(f"redis://127.0.0.1:{free_port()}/0", ValueCodec(NS),
-                     breaker=CircuitBreaker(threshold=3, reset_s=0.5))
-    try:
-        assert not await tier.warm_up(4)
-        assert tier.stats().breaker_opens == 1  # a refused connect opens it at once
-        assert await tier.probe(["kvp:x"]) == 0  # and requests then miss without network
-    finally:
-        await tier.aclose()
+    with dead_port() as port:  # bench/redis_ports.py NOTE(dead-port)
+        tier = RedisTier(f"redis://127.0.0.1:{port}/0", ValueCodec(NS),
+                         breaker=CircuitBreaker(threshold=3, reset_s=0.5))
+        try:
+            assert not await tier.warm_up(4)
+            assert tier.stats().breaker_opens == 1  # a refused connect opens it at once
+            assert await tier.probe(["kvp:x"]) == 0  # and requests then miss without network
+        finally:
+            await tier.aclose()
 
 
 async def test_prestart_starts_distinct_threads_that_later_jobs_reuse():

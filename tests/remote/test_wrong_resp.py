@@ -12,7 +12,8 @@ import logging
 
 import pytest
 
-from bench.redis_servers import RedisServer, free_port
+from bench.redis_ports import reserve_port
+from bench.redis_servers import RedisServer
 from redis.exceptions import RedisClusterException, RedisError
 
 from kvpool.remote import BreakerState, CircuitBreaker, RedisTier, ValueCodec
@@ -169,10 +170,12 @@ async def test_the_health_check_outlives_a_wrong_resp_server_and_closes_on_redis
                                                                                   caplog):
     """The probe's swap: Redis gone, a server answering +OK on its port, then Redis again."""
     caplog.set_level(logging.INFO, logger="kvpool.remote")
-    port = free_port()
+    # held from the draw until Redis answers there, across the swap: the +OK server and
+    # redis-server both bind it with SO_REUSEADDR (bench/redis_ports.py NOTE(port-hold))
+    port, held = reserve_port()
     await wrong_resp("ok", port)
     tier = tier_at(port)
-    srv = RedisServer(port)
+    srv = RedisServer(port, held=held)
     try:
         assert not await tier.warm_up()
         keys = [k for k, _ in items(tier.codec, 2)]

@@ -8,7 +8,6 @@ import asyncio
 import contextlib
 import json
 import shutil
-import socket
 import subprocess
 import time
 from pathlib import Path
@@ -16,6 +15,7 @@ from pathlib import Path
 import aiohttp
 import pytest
 
+from bench.redis_ports import reserve_port
 from tests.server.grafana import dashboard_exprs, load_dashboard, plain
 from tests.server.helpers import stop_process
 
@@ -27,12 +27,6 @@ pytestmark = pytest.mark.skipif(
 WAIT = 30.0  # seconds any one Prometheus condition may take
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 @contextlib.asynccontextmanager
 async def prometheus(target: str, tmp: Path):
     """Prometheus on 127.0.0.1:<free port> scraping ``target`` (host:port) every second."""
@@ -41,7 +35,10 @@ async def prometheus(target: str, tmp: Path):
               "scrape_configs": [{"job_name": "kvpool", "metrics_path": "/metrics",
                                   "static_configs": [{"targets": [target]}]}]}
     (tmp / "prometheus.yml").write_text(json.dumps(config))  # JSON is YAML
-    port = free_port()
+    # held until Prometheus is stopped: Go's listeners set SO_REUSEADDR on Linux, so it binds
+    # there all the same, and no other process draws the port first (bench/redis_ports.py
+    # NOTE(port-hold))
+    port, held = reserve_port()
     log = open(tmp / "prometheus.log", "wb")
     proc = subprocess.Popen(
         [PROMETHEUS, f"--config.file={tmp / 'prometheus.yml'}",
@@ -63,6 +60,8 @@ async def prometheus(target: str, tmp: Path):
     finally:
         stop_process(proc, timeout=10)
         log.close()
+        for sock in held:
+            sock.close()
 
 
 async def query(base: str, expr: str) -> dict:
