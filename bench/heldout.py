@@ -278,6 +278,9 @@ product):
               guideline versions behind a canary, trending threads with copypasta and
               quote-posts, spam waves, senior escalations, appeals with the user's history
               (written blind at be52c07)
+    sports_live  a sports media app's assistant over a weekend: live-match chats behind a long
+              head and each minute's match state, bursts at big moments, fantasy advice over
+              stat tables, preview batches, recaps, push copy (written blind at 7e802a6)
 
 Same instant-replay semantics as ``bench.policies`` (``simulate``, ``bench.baselines.replay``).
 It prints, per cell, LRU, every product policy, the research candidates
