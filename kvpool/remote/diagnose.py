@@ -306,8 +306,9 @@ class FaultLog:
         else:  # a weak failure left it closed
             then = (f"requests keep trying it; after {breaker.threshold} failures in a row "
                     f"the tier PINGs it about every {every:.1f} s instead")
-        log.warning("remote tier %s is not reachable at startup (%s): serving without it "
-                    "(requests recompute); %s", self.where, kind or "breaker open", then)
+        said = "did not answer in time" if kind == "timeout" else "is not reachable"
+        log.warning("remote tier %s %s at startup (%s): serving without it (requests "
+                    "recompute); %s", self.where, said, kind or "breaker open", then)
 
     def once(self, key: str, text: str, node: str | None = None) -> bool:
         """Log ``text`` as a warning unless ``key`` was logged before (during the episode of

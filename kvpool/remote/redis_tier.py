@@ -26,16 +26,17 @@ buffer ``READ_BUFFER``. Each script and part stays in one slot, each call runs u
 node's breaker (NOTE(node-breaker)); a part's check overlaps later reads.
 
 Diagnosis (``diagnose.py``): each failure kind is logged once with its fix, an outage's once an
-episode (NOTE(episode)); ``warm_up`` says if the tier is reachable, reads ``INFO`` (a cluster
-node behind a plain URL refused, noeviction or no maxmemory warned) and says replicas of another
-secret (``secret_marker.py``); an OOM pauses puts, said on the memory settings then (``oom.py``)."""
+episode (NOTE(episode)); ``warm_up`` (``startup.py``) says if the tier is reachable, reads
+``INFO`` (a cluster node behind a plain URL refused, noeviction or no maxmemory warned) and says
+replicas of another secret (``secret_marker.py``), its work done once Redis answers if it did
+not then (NOTE(warm-later)); an OOM pauses puts, said on the memory settings then (``oom.py``)."""
 
 from __future__ import annotations
 
 import asyncio
 import logging
 import time
-from collections.abc import Awaitable, Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
 from redis.exceptions import ConnectionError as RedisConnectionError
@@ -47,25 +48,19 @@ from kvpool.remote.breaker import STRONG_KINDS, BreakerState, CircuitBreaker
 from kvpool.remote.codec import ValueCodec
 from kvpool.remote.clients import client_from_url
 from kvpool.remote.connections import where
-from kvpool.remote.coverage import warn_fragile
-from kvpool.remote.diagnose import OUTAGES, FaultLog, classify, error_kind
+from kvpool.remote.diagnose import FaultLog, classify, error_kind
 from kvpool.remote.health import node_trial, opens, paused_raised, trial
 from kvpool.remote.node_breakers import Breakers, HealthChecks
 from kvpool.remote.oom import OomWatch
-from kvpool.remote.replies import NO_INFO, info_of, runs_of
-from kvpool.remote.secret_marker import check_secret
+from kvpool.remote.replies import info_of, runs_of
 from kvpool.remote.segments import (PROBE_LUA, all_at_once, leading_run, parts as split_parts,
                                     probe_plan)
+from kvpool.remote.startup import FAILED, SETUP_S, Setup
 from kvpool.remote.tier import RemoteStats, fetch_checked
 
 log = logging.getLogger("kvpool.remote")
 
 GET_PARTS = 4  # parts one get_many sends at once (O(1) round trips, checks overlap reads)
-# NOTE(setup): the bound of work no request waits on: the warm-up and a cluster's slot map
-# refresh in the health check (CLUSTER SLOTS and the COMMAND table redis-py parses: ~0.1 s of
-# CPU, past the op deadline on a loaded host)
-SETUP_S = 2.0
-_FAILED = object()  # sentinel: the call failed or was refused (already counted)
 
 Observer = Callable[[str, float], None]
 
@@ -95,13 +90,14 @@ class RedisTier:
         self.kind = self._client.kind  # "server", "cluster" or "sentinel"
         self._by_slot = self.kind == "cluster"  # calls cut on hash-tag borders (segments.py)
         self.faults = FaultLog(where(url))  # each kind logged once (an outage's: an episode)
-        self._refusal: str | None = None  # a server the tier must not use (INFO, warm-up's)
         self._redis = self._client.redis
         self._probe = self._redis.register_script(PROBE_LUA)
         self._check_key = codec.namespace.key(bytes(32))  # no block's: NOTE(pause)
         self.breakers = Breakers(self.breaker, self._redis if self._by_slot else None)
         self.reads = BoundedReads(self._redis, codec.max_value_nbytes(), self.faults, self.breakers)
         self._checks = HealthChecks(self._ping, self._closed, self._stats)
+        self._setup = Setup(self._call, self._client, self.faults, self.breaker, codec.namespace,
+                            self._stats, connect_timeout + op_timeout)  # NOTE(warm-later)
         self._oom = OomWatch(oom_pause_s, self.faults, self._stats,  # NOTE(oom-reread)
                              lambda: info_of(self._redis, "memory"), SETUP_S)
 
@@ -159,10 +155,10 @@ class RedisTier:
 
         replies = await self._per_item("put", items, lambda it: it[0],
                                        lambda its: sum(len(v) for _, v in its), send,
-                                       lambda _: _FAILED)
+                                       lambda _: FAILED)
         stored = 0
         for (_, v), ok in zip(items, replies):
-            if ok is _FAILED:
+            if ok is FAILED:
                 st.puts_dropped += 1
             elif isinstance(ok, Exception):  # e.g. OOM with a noeviction policy
                 self._reply_error(ok)
@@ -181,31 +177,23 @@ class RedisTier:
         keys = list(keys)
         done = await self._per_node("touch", keys, str, lambda _: 0,
                                     lambda ks: self._redis.touch(*ks))
-        return sum(int(r) for _, r in done if r is not _FAILED)
+        return sum(int(r) for _, r in done if r is not FAILED)
 
     async def health(self) -> bool:
-        if self.breaker.state is not BreakerState.CLOSED or self._refusal is not None:
+        if self.breaker.state is not BreakerState.CLOSED or self._setup.refusal is not None:
             return False  # the background check owns the network while open
-        return await self._call("health", 0, self._redis.ping) is not _FAILED
+        return await self._call("health", 0, self._redis.ping) is not FAILED
 
     async def warm_up(self, connections: int = 1) -> bool:
         """Open ``connections`` pooled connections and load the probe script, once, when the
-        replica starts: False (counted, breaker informed) if Redis is not reachable.
+        replica starts: False (counted, breaker informed) if Redis is not reachable, and
+        then done once it answers (NOTE(warm-later)).
 
         NOTE(warm-pool): a connection costs its socket connect and a handshake (CLIENT
         SETINFO...) of several writes and reads on the loop; opened inside a request's fetch
         they stalled the loop several ms. The pool keeps them (no idle timeout), so a serving
         replica pays this once; after a Redis restart they reconnect lazily."""
-        n = max(1, min(self._max_connections, connections))
-        self.faults.last = None
-        opened = self._call("warm_up", 0, lambda: self._client.open(n, PROBE_LUA), SETUP_S)
-        if await opened is not _FAILED and (ok := await self._inspect()) is not None:
-            if ok and self.kind == "cluster":  # NOTE(full-coverage)
-                await warn_fragile(self._redis, self.faults, SETUP_S)
-            return ok
-        ping = SETUP_S if self._client.pool is None else self.connect_timeout + self.op_timeout
-        self._refusal = self.faults.startup_failed(self.breaker, ping)
-        return False
+        return await self._setup.warm_up(max(1, min(self._max_connections, connections)))
 
     def stats(self) -> RemoteStats:
         s = self._stats.copy()
@@ -254,14 +242,14 @@ class RedisTier:
     async def _delete(self, keys: list[str]) -> None:
         done = await self._per_node("delete", keys, str, lambda _: 0,
                                     lambda ks: self._redis.delete(*ks))
-        self._stats.deleted_invalid += sum(int(r) for _, r in done if r is not _FAILED)
+        self._stats.deleted_invalid += sum(int(r) for _, r in done if r is not FAILED)
 
     async def _per_node(self, op: str, items: list, key: Callable[[Any], str],
                         nbytes: Callable[[list], int], send: Callable[[list], Awaitable[Any]]
                         ) -> list[tuple[list[int], Any]]:
         """``send`` of ``items`` as one call per cluster node serving them, each under that
         node's breaker, all at once (one call, ``breaker``, elsewhere): NOTE(node-breaker).
-        Each call's indices of ``items`` and its result (_FAILED: failed or refused)."""
+        Each call's indices of ``items`` and its result (FAILED: failed or refused)."""
         groups = self.breakers.group(items, key)
         t0, one = time.perf_counter(), len(groups) == 1
         calls = []
@@ -270,7 +258,7 @@ class RedisTier:
             calls.append(self._call(op, nbytes(sub), lambda sub=sub: send(sub), breaker=b,
                                     observe=one))
         results = await asyncio.gather(*calls)
-        if not one and self._observer is not None and all(r is not _FAILED for r in results):
+        if not one and self._observer is not None and all(r is not FAILED for r in results):
             self._observer(op, time.perf_counter() - t0)
         return [(idx, r) for (_, idx), r in zip(groups, results)]
 
@@ -282,20 +270,20 @@ class RedisTier:
         out = [None] * len(items)
         for idx, r in await self._per_node(op, items, key, nbytes, send):
             for j, i in enumerate(idx):
-                out[i] = failed(items[i]) if r is _FAILED else r[j]
+                out[i] = failed(items[i]) if r is FAILED else r[j]
         return out
 
     async def _call(self, op: str, nbytes: int, fn: Callable[[], Awaitable[Any]],
                     bound: float | None = None, breaker: CircuitBreaker | None = None,
                     observe: bool = True) -> Any:
         """Run one round trip under ``breaker`` (the tier's) and the deadline (``bound``
-        instead of the op's, when given); _FAILED on any failure."""
+        instead of the op's, when given); FAILED on any failure."""
         breaker = self.breaker if breaker is None else breaker
         inflight = self._checks.inflight(breaker)
         epoch = breaker.admit()
-        if epoch is None or self._refusal is not None:
+        if epoch is None or self._setup.refusal is not None:
             self._stats.count_error("breaker_open" if epoch is None else "refused_server")
-            return _FAILED
+            return FAILED
         t0 = time.perf_counter()
         try:
             async with asyncio.timeout(bound or self._deadline(nbytes)) as deadline:
@@ -313,7 +301,7 @@ class RedisTier:
             if not opens(exc):
                 breaker.record_success(epoch)
                 self._reply_error(exc)
-                return _FAILED
+                return FAILED
             err = exc
         else:
             breaker.record_success(epoch)
@@ -323,7 +311,7 @@ class RedisTier:
         # NOTE(cancel): a CancelledError from the caller (a prefetch deadline) propagates and
         # reports nothing: it says nothing about Redis.
         self._failed(epoch, err, breaker)
-        return _FAILED
+        return FAILED
 
     def _failed(self, epoch: int, err: BaseException, breaker: CircuitBreaker) -> None:
         """Redis did not serve a call: tell the breaker, count and log (a new event only)."""
@@ -347,39 +335,12 @@ class RedisTier:
         else:
             self.faults.note(fault, exc)
 
-    async def _inspect(self) -> bool | None:
-        """Once Redis answers (at start, and when the breaker closes again): read INFO, refuse
-        a server the tier must not use, warn (once) on settings that hurt, and say that the
-        tier is reachable. False when refused, None when no Redis answered (gone, not Redis).
-
-        NOTE(info-advisory): INFO only words warnings and an OOM's fix, so a user without
-        ``+info`` is served, said once with the ACL fix; its NOPERM no longer opens the
-        breaker (which flapped every reset_s, the line said each time)."""
-        info = await self._call("info", 0, lambda: info_of(self._redis))
-        if info is _FAILED:  # an error reply (INFO renamed), or Redis gone or no Redis
-            if self.faults.last == "protocol" or self.faults.last in OUTAGES:
-                return None
-            self.faults.once("no-info", "INFO not readable: the server's settings are "
-                             "unchecked")
-            usable = self.breaker.state is BreakerState.CLOSED
-        elif not isinstance(info, Mapping):  # the ACL's NOPERM
-            self.faults.once("no-info", NO_INFO.format(detail=info))
-            log.info("remote tier %s is reachable (settings unchecked)", self.faults.where)
-            usable = True
-        else:
-            self._refusal = self.faults.inspected(info, cluster=self.kind == "cluster")
-            usable = self._refusal is None
-        if usable:  # NOTE(secret-marker)
-            await check_secret(self._redis, self.codec.namespace, self.faults, self._stats,
-                               SETUP_S)
-        return usable
-
     async def _closed(self, breaker: CircuitBreaker) -> None:
         """A health check closed ``breaker``: its episode ends (NOTE(episode))."""
         node = self.breakers.node(breaker)  # a node's close is said there, the tier's by INFO
         self.faults.recovered(node, self.breakers.serves(node))
         if node is None:
-            await self._inspect()
+            await self._setup.answered()  # NOTE(warm-later)
 
     async def _ping(self, breaker: CircuitBreaker) -> bool:
         """The health check's trial (``health.py``; a cluster node's own when ``breaker``

@@ -45,13 +45,24 @@ def sentinel():
 
 
 async def stored_chain(url: str, salt: str) -> tuple[RedisTier, list[str]]:
+    """A tier on ``url`` (the product's deadlines) and a 40-block chain stored through it.
+
+    On a loaded host (2 cores, xdist) the warm-up missed its 2 s bound (NOTE(setup)) in 4 of
+    22 runs and ``assert await t.warm_up()`` failed the test before any failover. The tier
+    rides that out itself (its health check closes the breaker once Redis answers and
+    finishes the warm-up: NOTE(warm-later)), so this waits for what the tests need, bounded:
+    the chain stored and found (puts are SET NX: sending them again keeps what is stored)."""
     t = RedisTier(url, ValueCodec(NS), breaker=CircuitBreaker(threshold=3, reset_s=0.3))
-    assert await t.warm_up()
+    await t.warm_up()  # False when Redis answered it late: not the condition waited for
     hashes = chain(40, salt=salt)
     keys = NS.group_keys(hashes)
     its = [(k, t.codec.encode(h, [b"k" * 256])) for k, h in zip(keys, hashes)]
-    assert await t.put_many(its) == len(its)
-    assert await t.probe(keys) == len(keys)
+    t0 = time.monotonic()
+    await t.put_many(its)
+    while await t.probe(keys) < len(keys):  # a failed call is a miss, never raises
+        assert time.monotonic() - t0 < RECOVERY_BOUND_S, f"chain not stored: {t.stats()}"
+        await asyncio.sleep(0.05)  # the breaker open: calls miss at once until it closes
+        await t.put_many(its)
     return t, keys
 
 
