@@ -37,6 +37,7 @@ from kvpool.server.tls import add_tls_args, server_context
 from kvpool.server.tools.parsers import PARSERS
 from kvpool.server.vllm_flags import (HTTP_LOGGERS, LOG_LEVELS, VllmSwitch, add_vllm_args,
                                       apply_vllm_flags)
+from kvpool.server.vllm_env import VLLM_API_KEY_ENV, take_vllm_env
 
 __all__ = ["API_KEY_ENV", "DEFAULT_SHUTDOWN_TIMEOUT", "ServeOptions", "add_server_args",
            "loopback_said"]
@@ -48,7 +49,6 @@ class _ArgGroup(Protocol):  # argparse's argument group (its class is private)
 
 
 API_KEY_ENV = "KVPOOL_API_KEY"
-VLLM_API_KEY_ENV = "VLLM_API_KEY"  # vLLM's own variable, read after kvpool's
 DEFAULT_SHUTDOWN_TIMEOUT = 10.0
 
 
@@ -242,7 +242,7 @@ def resolve_api_key(args: argparse.Namespace) -> tuple[str, ...] | None:
 def add_server_args(parser: argparse.ArgumentParser) -> None:
     """The ``server`` group of ``kvpool serve``'s flags: one per ServeOptions field (the remote
     tier's are remote_setup.add_remote_args's group), plus --log-level; then vllm_flags.py's
-    "vLLM compatibility" group."""
+    "vLLM compatibility" group; vLLM's variables stand for flags not given (vllm_env.py)."""
     srv = parser.add_argument_group("server")
     _add_connection_args(srv)
     add_cors_args(srv)
@@ -253,14 +253,14 @@ def add_server_args(parser: argparse.ArgumentParser) -> None:
     _add_process_args(srv)
     add_tls_args(srv, VllmSwitch)
     add_vllm_args(parser)
+    take_vllm_env(parser)
 
 
 def _add_connection_args(srv: _ArgGroup) -> None:
     """Where to listen, who may connect, and how long connections and shutdown may take."""
     srv.add_argument("--host", default=None, help="address to bind (default: 127.0.0.1, where "
                      "vLLM binds every interface: 0.0.0.0 to be reached from other machines)")
-    srv.add_argument("--port", type=int, default=8000, help="port (0: any free port; default "
-                                                            "8000)")
+    srv.add_argument("--port", type=int, default=8000, help="port (0: any free port; default 8000)")
     srv.add_argument("--api-key", default=None, nargs="+", metavar="KEY",
                      help="require 'Authorization: Bearer KEY' on /v1, KEY one of those given "
                      f"(or env {API_KEY_ENV}, else {VLLM_API_KEY_ENV})")
