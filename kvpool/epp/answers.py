@@ -155,7 +155,7 @@ class Answer:
         w = self.wanted
         if w.safe or not silent and not_started(details):
             return HolderDown(pinned, w.param, f"cannot be reached now ({details})")
-        return replica_unresponsive(pinned) if silent else replica_failed()
+        return replica_unresponsive(pinned) if silent else replica_failed(pinned)
 
     @property
     def learnt(self) -> bool:

@@ -150,13 +150,20 @@ def give_up(failures: Sequence[Failure], unreachable: HolderDown | None = None,
         raise APIError(503, "no replica can take the request now" if failures else
                        "no healthy replica", code="no_replica",
                        headers={"Retry-After": RETRY_AFTER_SECONDS})
-    raise replica_failed()
+    raise replica_failed(None if unreachable is None else unreachable.response_id)
 
 
-def replica_failed() -> APIError:
-    """The 502 of a request its replica took and failed before answering (NOTE(retry)): not
-    retried, the work may have run there; the endpoint picker answers it too (answers.py)."""
-    return APIError(502, "no replica could answer the request", code="replica_failed")
+def replica_failed(response_id: str | None = None) -> APIError:
+    """The 502 of a request its replica (the holder of ``response_id``) took and failed
+    before answering (NOTE(retry)): not retried, the work may have run there; the endpoint
+    picker's too (answers.py). NOTE(one-replica): its words tell of that one replica; those
+    tried before it never started the request, no later one was asked. Before, "no replica
+    could answer the request" read as if all had been tried (that is the 503 no_replica)."""
+    which = "the replica the request went to" if response_id is None else \
+        f"the replica holding response '{response_id}'"
+    return APIError(502, f"{which} failed before it answered; the request was not retried, "
+                    "as it may have run there: send it again only if running it twice is "
+                    "safe", code="replica_failed")
 
 
 def replica_unresponsive(response_id: str | None = None) -> APIError:

@@ -23,6 +23,17 @@ alone let the nested arrays through: 16,001 of them). A body holds at most one v
     ^          ^ ^ ^  ^         ^  ^ inside a string: adds no value
     counted = 3 commas + 3 openings = 6;  values = 7 (the object, 2 lists, 3 ids, a string)
 
+NOTE(nesting-bomb): a value count past the bound used to be answered as a context length
+problem whatever held the values, and 200,000 nested arrays (``[[[...]]]``, no comma) got "this
+model's maximum context length is 8192 tokens". Counts say more: with few commas, many arrays
+and objects can only be nested (json_bound.py NOTE(depth-floor)), so a body whose counts need
+more than ``max_json_depth`` levels gets the 400 of a body parsed too deep, "nested deeper
+than" the bound, with the counts that show it, through the router too (it leaves such a
+body to the replica: relayed.py). A nest within the value bound is parsed, and Python's
+recursion limit (past the bound) or the walk below answers it the same way. vLLM's
+FastAPI answers a body its ``json.loads`` cannot nest a 400 too ("There was an error parsing
+the body").
+
 NOTE(schema-values): a JSON schema is not prompt: a 619 KB ``response_format`` schema (90,000
 ``examples``) was refused as ``context_length_exceeded``, though the schema cap is 1 MiB. So the
 bound of a body that holds a schema-carrying key (``_SCHEMA_KEYS``, one C scan each, made only
@@ -76,7 +87,8 @@ from aiohttp import web
 
 from kvpool.errors import RequestError, context_length_error, shown
 from kvpool.server.body_coding import inflate, left_encoded, refuse_from_head
-from kvpool.server.json_bound import key_before, longest_string_over, structural_commas
+from kvpool.server.json_bound import (depth_floor, key_before, longest_string_over,
+                                      structural_commas)
 from kvpool.server.query_int import json_lax_float, json_lax_int
 
 __all__ = ["DEFAULT_BODY_TIMEOUT", "DEFAULT_MAX_BODY_BYTES", "INLINE_PARSE_BYTES",
@@ -119,9 +131,15 @@ def _bad(message: str, code: str) -> RequestError:
     return RequestError(message, param=None, code=code)
 
 
-def _bound_values(raw: bytes, counted: int, limit: int, max_model_len: int) -> None:
+def _bound_values(raw: bytes, counted: int, limit: int, max_model_len: int,
+                  max_json_depth: int) -> None:
     """NOTE(schema-values): a body ``counted`` past the prompt's ``limit`` is refused, naming
-    the context length, unless it holds a schema, whose share (SCHEMA_VALUES) it may use."""
+    the context length, unless it holds a schema, whose share (SCHEMA_VALUES) it may use;
+    one whose counts say it nests past ``max_json_depth``, naming that (NOTE(nesting-bomb))."""
+    if (deep := depth_floor(raw, counted, max_json_depth)) is not None:
+        raise _bad(f"request body is nested deeper than {max_json_depth}: JSON with "
+                   f"{deep[0]} arrays and objects and {deep[1]} commas nests at least "
+                   f"{deep[2]} levels deep", "invalid_json")
     said = (f"the request body holds up to {counted + 1} JSON values (each array and object "
             "counted), more than a request that fits can hold")
     if not any(key in raw for key in _SCHEMA_KEYS):
@@ -142,7 +160,7 @@ def decode_json_body(raw: bytes, *, max_json_depth: int, max_body_commas: int,
     raw = raw[len(UTF8_BOM):] if raw.startswith(UTF8_BOM) else raw
     counted = structural_commas(raw, max_body_commas)  # NOTE(gil)
     if counted > max_body_commas:  # exact once past it
-        _bound_values(raw, counted, max_body_commas, max_model_len)
+        _bound_values(raw, counted, max_body_commas, max_model_len, max_json_depth)
     if max_string_bytes is not None:
         found = longest_string_over(raw, max_string_bytes)
         if found is not None:  # before decoding, too (NOTE(string-bound))
@@ -159,8 +177,9 @@ def decode_json_body(raw: bytes, *, max_json_depth: int, max_body_commas: int,
                    "invalid_encoding") from None
     try:
         body = json.loads(text, parse_constant=_reject_constant)
-    except RecursionError:
-        raise _bad("request body is nested too deeply", "invalid_json") from None
+    except RecursionError:  # deeper than Python's recursion limit, so past the bound too
+        raise _bad(f"request body is nested deeper than {max_json_depth}",
+                   "invalid_json") from None
     except ValueError as exc:
         raise _bad(f"request body is not valid JSON: {exc}", "invalid_json") from None
     if not isinstance(body, dict):

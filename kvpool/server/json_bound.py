@@ -1,6 +1,7 @@
 """Bounds read off a request body's raw bytes before ``json.loads`` holds the GIL
-(NOTE(gil) in json_body.py says why): how many JSON values it can hold, and its longest
-string (NOTE(string-bound) in protocol.py).
+(NOTE(gil) in json_body.py says why): how many JSON values it can hold, how deep at least
+its arrays and objects nest (NOTE(depth-floor)), and its longest string (NOTE(string-bound) in
+protocol.py).
 
 Quotes, commas, brackets, braces and backslashes are ASCII, and UTF-8 never reuses those bytes
 inside a multi-byte character, so strings are found bytewise: a span from one ``bytes.find``
@@ -9,7 +10,7 @@ of a quote to the next, an escaped quote told apart by the run of backslashes be
 
 from __future__ import annotations
 
-__all__ = ["key_before", "longest_string_over", "structural_commas"]
+__all__ = ["depth_floor", "key_before", "longest_string_over", "structural_commas"]
 
 _QUOTE = b'"'
 _BACKSLASH = 0x5C
@@ -94,3 +95,31 @@ def structural_commas(raw: bytes, limit: int) -> int:
         inside += _values_in(raw, q + 1, end)
         i = end + 1
     return total - inside
+
+
+def depth_floor(raw: bytes, counted: int, depth: int) -> tuple[int, int, int] | None:
+    """NOTE(depth-floor): ``(arrays and objects, commas, the least nesting they allow)`` of a
+    body whose arrays and objects outside strings must nest deeper than ``depth``, else None;
+    ``counted``: ``structural_commas``' exact count (commas plus openings outside strings).
+
+    Each comma outside strings adds one leaf to the tree of a JSON value (a value with none is
+    one path), so its ``commas + 1`` root-to-leaf paths hold all of its ``opened`` arrays and
+    objects between them: one path, a chain of nested ones, holds at least
+    ``ceil(opened / (commas + 1))``. ``[[[...]]]`` 200,000 deep has no comma: at least 200,000
+    levels. Only counts: one walk over the strings, as ``structural_commas``' own, and only
+    when the raw counts allow it. It holds for JSON; garbage such as ``[][]...`` may get it too
+    (the parse would refuse it anyway)."""
+    opened = raw.count(b"[") + raw.count(b"{")
+    if opened <= depth * (counted - opened + 1):  # even with every opening outside strings
+        return None
+    commas, i, n = raw.count(b","), 0, len(raw)
+    while i < n:  # what strings hold is no structure: one bytes.find per quote
+        q = raw.find(_QUOTE, i)
+        if q < 0:
+            break
+        end = _string_end(raw, q + 1)
+        commas -= raw.count(b",", q + 1, end)
+        opened -= raw.count(b"[", q + 1, end) + raw.count(b"{", q + 1, end)
+        i = end + 1
+    least = -(-opened // (commas + 1))
+    return (opened, commas, least) if least > depth else None

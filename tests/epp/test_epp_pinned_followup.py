@@ -154,6 +154,7 @@ async def test_a_holder_dropping_a_follow_up_it_took_is_503_for_a_get_502_for_a_
         status, headers, err = await follow(s, url, get=False)
         assert status == 502 and "Retry-After" not in headers, (status, err)
         assert (err["code"], err["type"]) == ("replica_failed", "server_error"), err
+        assert f"the replica holding response '{RID}' failed" in err["message"], err
         assert asked == ["holder", "holder GET", "holder POST"]  # once each, the holder alone
         assert picker.errors[502] == 1 and picker.errors[503] == 1
 

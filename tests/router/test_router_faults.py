@@ -73,6 +73,7 @@ async def test_killed_replica_ends_its_stream_with_an_error_event_and_json_with_
     assert err["code"] == "replica_failed" and err["type"] == "server_error"
     assert all("choices" in e for e in events[:-2])
     assert status == 502 and body["error"]["code"] == "replica_failed"
+    assert "not retried, as it may have run there" in body["error"]["message"], body
 
 
 async def test_silent_replica_ends_its_streams_and_new_requests_go_elsewhere(fleet):

@@ -197,6 +197,8 @@ async def test_a_holder_dropping_a_follow_up_it_took_is_503_for_a_get_502_for_a_
         status, headers, err = await follow(s, url, get=False)
         assert status == 502 and "Retry-After" not in headers, (status, err)
         assert (err["code"], err["type"]) == ("replica_failed", "server_error"), err
+        assert err["message"].startswith(f"the replica holding response '{RID}' failed "
+                                         "before it answered; the request was not retried"), err
         assert asked == ["holder GET", "holder POST"]  # once each, on the holder alone
         assert r.replicas.find(r.affinity.owner_url(RID)).healthy  # took them: not down
 

@@ -128,4 +128,8 @@ async def test_a_request_that_kills_its_replica_is_not_replayed_on_the_others():
         alive = [p.poll() is None for p in procs]
     assert status == 502 and body["error"]["code"] == "replica_failed"
     assert alive == [False, True, True]
+    # its words tell of the one replica, not of all three (upstream.py NOTE(one-replica))
+    assert body["error"]["message"] == (
+        "the replica the request went to failed before it answered; the request was not "
+        "retried, as it may have run there: send it again only if running it twice is safe")
 

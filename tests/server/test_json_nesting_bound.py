@@ -17,7 +17,8 @@ from kvpool.errors import RequestError
 from kvpool.router.relayed import CHECKED_VALUES, check_body
 from kvpool.runtime.model.grammar import MAX_SCHEMA_CHARS
 from kvpool.server.json_body import SCHEMA_VALUES
-from kvpool.server.json_bound import structural_commas
+from kvpool.server.json_bound import depth_floor, structural_commas
+from tests.router.helpers import router
 from tests.server.parsers import parser
 
 LONG_CONTEXT = 131072  # a 128k model: a body under 4 MiB may hold ~1M values
@@ -45,8 +46,26 @@ def test_the_probes_nested_body_is_refused_before_parsing():
     # cut short: only a refusal made before json.loads can say context length (a parse
     # first answers invalid_json)
     _refused(raw[:-2], LONG_CONTEXT)
-    # deeper than the C parser allows, and too many values: refused unparsed as well
-    _refused(b"[" * 100_000 + b"]" * 100_000, 64)
+
+
+def test_a_nesting_bomb_past_the_value_bound_is_refused_for_its_depth_not_the_context():
+    """json_body.py NOTE(nesting-bomb): 100,000 arrays and no comma can only nest 100,000
+    deep (json_bound.py NOTE(depth-floor)); before, the 400 named the context length."""
+    arrays = b"[" * 100_000
+    objects = b'{"prompt": "hi", "x": ' + b'{"a": [' * 30_000 + b"1" + b"]}" * 30_000 + b"}"
+    for raw, counts in ((arrays + b"]" * 100_000, "100000 arrays and objects and 0 commas "
+                         "nests at least 100000 levels"), (arrays, None),  # cut short too
+                        (objects, "60001 arrays and objects and 1 commas nests at least "
+                         "30001 levels")):
+        with pytest.raises(RequestError) as info:
+            parser(64).decode_body(raw)
+        err = info.value
+        assert (err.code, err.param) == ("invalid_json", None), str(err)
+        assert str(err).startswith("request body is nested deeper than 128: JSON with "), err
+        assert counts is None or counts in str(err), str(err)
+    # brackets inside strings are no structure: the value bound's 400, as before
+    raw = json.dumps({"prompt": [0] * 30_000, "stop": ["[{" * 50_000]}).encode()
+    _refused(raw, 64)
 
 
 def _chat(messages: int) -> dict[str, Any]:
@@ -93,6 +112,15 @@ _json = st.recursive(
 def test_the_count_bounds_the_values_built(doc):
     raw = json.dumps(doc).encode()
     assert _values(json.loads(raw)) <= structural_commas(raw, -1) + 1
+    # json_bound.py NOTE(depth-floor): the nesting the counts claim, at most the real one
+    floor = depth_floor(raw, structural_commas(raw, -1), 0)
+    assert floor is None or floor[2] <= _depth(doc)
+
+
+def _depth(doc: Any) -> int:
+    """Arrays and objects within one another on the deepest path (0 for a scalar)."""
+    kids = doc.values() if isinstance(doc, dict) else doc if isinstance(doc, list) else None
+    return 0 if kids is None else 1 + max(map(_depth, kids), default=0)
 
 
 async def test_a_nested_body_is_a_400_over_http(make_server):
@@ -106,6 +134,27 @@ async def test_a_nested_body_is_a_400_over_http(make_server):
         assert out["error"]["param"] is None
         async with s.post(srv.v1 + "/completions", data=_nested(2, 120), headers=headers) as r:
             assert r.status == 200, await r.text()  # a few nested arrays: parsed, ignored
+
+
+async def test_a_nesting_bomb_is_a_400_naming_the_nesting_direct_and_through_the_router(
+        make_server):
+    """The outside probe's 200,000 nested arrays (``[[[...]]]``) got the context length's 400.
+    Past the value bounds (the replica's, and the router's: it leaves the body to the replica)
+    and within them (a parse hitting Python's recursion limit, the router's own too), the 400
+    names the nesting bound (json_body.py NOTE(nesting-bomb))."""
+    bomb, small = b"[" * (CHECKED_VALUES + 1000), b"[" * 5000 + b"]" * 5000
+    headers = {"Content-Type": "application/json"}
+    async with make_server(max_body_bytes=1 << 20) as srv, \
+            router([srv.url], interval=3600) as (_, url), aiohttp.ClientSession() as s:
+        for base in (srv.url, url):
+            for raw, said in ((bomb, f": JSON with {len(bomb)} arrays"), (small, "")):
+                async with s.post(base + "/v1/completions", data=raw, headers=headers) as r:
+                    out = await r.json()
+                    assert r.status == 400, out
+                err = out["error"]
+                assert (err["code"], err["param"]) == ("invalid_json", None), err
+                said = f"request body is nested deeper than 128{said}"
+                assert err["message"].startswith(said), err
 
 
 def test_the_router_leaves_a_nested_body_to_the_replica():
