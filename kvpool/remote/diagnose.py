@@ -22,7 +22,7 @@ from redis.exceptions import (AuthenticationError, ClusterCrossSlotError, Cluste
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
-from kvpool.remote.breaker import DOWN_KINDS, PAUSE_KINDS, BreakerState, CircuitBreaker
+from kvpool.remote.breaker import DOWN_KINDS, PAUSE_KINDS
 from kvpool.remote.clients import (MasterDownError, SentinelAuthError, SentinelsDownError,
                                    SlotDownError, SlotMigratingError)
 from kvpool.remote.oom_fix import oom_fix
@@ -147,6 +147,11 @@ NODE_DOWN_KINDS = frozenset({"refused", "timeout", "closed", "connection"})
 # never one a call), and a node's close is said as the tier's own is ("is reachable"). Other
 # kinds (a password, TLS, a URL) stay said once: they do not end on their own.
 EPISODE_KINDS = OUTAGES | PAUSE_KINDS | DOWN_KINDS
+# NOTE(one-startup-line): a warm-up that met an outage said it twice, as WARNINGs one after
+# the other: the kind's line with its fix ("did not answer within the tier's deadline ...: is
+# it hung") and the startup line ("did not answer in time at startup (timeout) ... it
+# retries"). While the warm-up runs (``held`` a list) an outage's fix is held, counted as said
+# for its episode, and the startup line ends with it: one line with both (startup.py).
 _NODE_DOWN = ("cluster node {node} is unreachable ({kind}: {detail}): an outage, no setting "
               "to fix: lookups of the slots it serves miss, at once while its breaker is open "
               "(NOTE(node-breaker)), until it or a replica promoted in its place answers; the "
@@ -243,13 +248,14 @@ class FaultLog:
     it), an outage's once per episode (NOTE(episode)). ``seen`` holds the kinds logged so
     far and not forgotten since."""
 
-    __slots__ = ("where", "seen", "last", "memory", "_episodes")
+    __slots__ = ("where", "seen", "last", "memory", "held", "_episodes")
 
     def __init__(self, where: str) -> None:
         self.where = where  # scheme://host:port, never the password
         self.seen: set[str] = set()
         self.last: str | None = None  # the kind of the latest failure noted
         self.memory: tuple[str, int] | None = None  # (policy, maxmemory): the last INFO's
+        self.held: list[str] | None = None  # while a warm-up holds outage lines: theirs
         # a cluster node's name (None: the tier's breaker) -> its episode's kinds said
         self._episodes: dict[str | None, set[str]] = {}
 
@@ -273,7 +279,7 @@ class FaultLog:
                 "commands again periodically, resuming once they work"
                 if kind in PAUSE_KINDS | DOWN_KINDS
                 else "each failure is a miss: requests recompute")
-        return self.once(kind, f"{fix} ({then})", node)
+        return self.once(kind, fix if self._holds(kind, node) else f"{fix} ({then})", node)
 
     def values_failed(self, bad: Sequence[tuple[str, str]]) -> list[str]:
         """The kinds of the (key, kind) values a read found unusable. NOTE(secret-mismatch):
@@ -287,29 +293,6 @@ class FaultLog:
             self.once(kind, _SIGNING[kind])
         return kinds
 
-    def startup_failed(self, breaker: CircuitBreaker, ping_s: float) -> str | None:
-        """The warm-up failed with ``last`` (None: the breaker was open, nothing sent): say
-        which it was, true to what happens next (NOTE(startup-line)); ``ping_s``: the
-        deadline of the health check's PING. The kind when the tier must refuse the server
-        (NOTE(refused-at-start)), else None."""
-        kind = self.last
-        if kind is not None and kind not in OUTAGES:
-            log.warning("remote tier %s answered at startup but cannot serve the tier (%s; "
-                        "the fix is logged above): serving without it (requests recompute) "
-                        "until the server's settings or --remote-url are fixed; no retry "
-                        "helps before that", self.where, kind)
-            return kind if kind in REFUSED_AT_START else None
-        every = max(breaker.reset_s, ping_s) if kind == "timeout" else breaker.reset_s
-        if breaker.state is not BreakerState.CLOSED:  # its health check runs (breaker.py)
-            then = (f"it retries: the tier PINGs it about every {every:.1f} s and uses it "
-                    "again once one answers")
-        else:  # a weak failure left it closed
-            then = (f"requests keep trying it; after {breaker.threshold} failures in a row "
-                    f"the tier PINGs it about every {every:.1f} s instead")
-        said = "did not answer in time" if kind == "timeout" else "is not reachable"
-        log.warning("remote tier %s %s at startup (%s): serving without it (requests "
-                    "recompute); %s", self.where, said, kind or "breaker open", then)
-
     def once(self, key: str, text: str, node: str | None = None) -> bool:
         """Log ``text`` as a warning unless ``key`` was logged before (during the episode of
         ``node``'s breaker, None: the tier's, for the kinds of NOTE(episode))."""
@@ -318,8 +301,20 @@ class FaultLog:
         self.seen.add(key)
         if key in EPISODE_KINDS or key.startswith("nodedown "):
             self._episodes.setdefault(node, set()).add(key)
-        log.warning("remote tier %s: %s", self.where, text)
+        if self._holds(key, node):
+            self.held.append(text)
+        else:
+            log.warning("remote tier %s: %s", self.where, text)
         return True
+
+    def _holds(self, key: str, node: str | None) -> bool:
+        """Is a line of ``key`` held for the startup line (NOTE(one-startup-line))?"""
+        return self.held is not None and key in OUTAGES and node is None
+
+    def release(self) -> list[str]:
+        """Stop holding outage lines; the fixes held (NOTE(one-startup-line))."""
+        held, self.held = self.held or [], None
+        return held
 
     def recovered(self, node: str | None = None, serves: bool = True) -> None:
         """The health check closed the breaker of ``node`` (None: the tier's): its episode's

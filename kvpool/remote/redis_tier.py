@@ -48,7 +48,7 @@ from kvpool.remote.breaker import STRONG_KINDS, BreakerState, CircuitBreaker
 from kvpool.remote.codec import ValueCodec
 from kvpool.remote.clients import client_from_url
 from kvpool.remote.connections import where
-from kvpool.remote.diagnose import FaultLog, classify, error_kind
+from kvpool.remote.diagnose import OUTAGES, FaultLog, classify, error_kind
 from kvpool.remote.health import node_trial, opens, paused_raised, trial
 from kvpool.remote.node_breakers import Breakers, HealthChecks
 from kvpool.remote.oom import OomWatch
@@ -96,6 +96,7 @@ class RedisTier:
         self.breakers = Breakers(self.breaker, self._redis if self._by_slot else None)
         self.reads = BoundedReads(self._redis, codec.max_value_nbytes(), self.faults, self.breakers)
         self._checks = HealthChecks(self._ping, self._closed, self._stats)
+        self._met: dict[CircuitBreaker, str] = {}  # an open breaker's latest fault kind
         self._setup = Setup(self._call, self._client, self.faults, self.breaker, codec.namespace,
                             self._stats, connect_timeout + op_timeout)  # NOTE(warm-later)
         self._oom = OomWatch(oom_pause_s, self.faults, self._stats,  # NOTE(oom-reread)
@@ -324,6 +325,7 @@ class RedisTier:
         else:
             self._stats.count_error("joined")
         if breaker.opens != opens:
+            self._met[breaker] = fault  # NOTE(trial-fault)
             self._checks.opened(breaker)
 
     def _reply_error(self, exc: BaseException) -> None:
@@ -337,6 +339,7 @@ class RedisTier:
 
     async def _closed(self, breaker: CircuitBreaker) -> None:
         """A health check closed ``breaker``: its episode ends (NOTE(episode))."""
+        self._met.pop(breaker, None)
         node = self.breakers.node(breaker)  # a node's close is said there, the tier's by INFO
         self.faults.recovered(node, self.breakers.serves(node))
         if node is None:
@@ -344,7 +347,7 @@ class RedisTier:
 
     async def _ping(self, breaker: CircuitBreaker) -> bool:
         """The health check's trial (``health.py``; a cluster node's own when ``breaker``
-        is that node's); False on any failure or error reply."""
+        is that node's); False on any failure or error reply (NOTE(trial-fault))."""
         cluster, node = self._client.pool is None, self.breakers.node(breaker)
         try:
             async with asyncio.timeout(SETUP_S if cluster else
@@ -355,6 +358,22 @@ class RedisTier:
                 else:
                     await trial(self._redis, cluster, breaker.cause, self._probe,
                                 self._check_key)
-        except (TimeoutError, RedisError, RedisClusterException, OSError):
+        except (TimeoutError, RedisError, RedisClusterException, OSError) as exc:
+            self._trial_failed(breaker, exc)
             return False
         return True
+
+    def _trial_failed(self, breaker: CircuitBreaker, exc: BaseException) -> None:
+        """NOTE(trial-fault): a trial's failure was never classified, so a Redis that came
+        back from an outage wanting a password (or something else, e.g. HTTP, on its port)
+        failed every trial with nothing counted or said: the log kept the outage's "start
+        Redis or fix --remote-url". A kind the breaker's episode has not met last (its
+        opening's, or the previous trial's) is counted and said (FaultLog: once, with its
+        fix) as a call's failure is; an outage stays quiet, said by the episode's first line."""
+        fault = classify(exc)
+        if self._met.get(breaker) == fault:
+            return
+        self._met[breaker] = fault
+        if fault not in OUTAGES:
+            self._stats.count_error(error_kind(fault))
+            self.faults.note(fault, exc, self.breakers.node(breaker))

@@ -24,7 +24,7 @@ from typing import Any
 from kvpool.remote.breaker import BreakerState, CircuitBreaker
 from kvpool.remote.clients import TierClient
 from kvpool.remote.coverage import warn_fragile
-from kvpool.remote.diagnose import OUTAGES, FaultLog
+from kvpool.remote.diagnose import OUTAGES, REFUSED_AT_START, FaultLog
 from kvpool.remote.keys import Namespace
 from kvpool.remote.replies import NO_INFO, info_of
 from kvpool.remote.secret_marker import check_secret
@@ -68,13 +68,51 @@ class Setup:
     async def warm_up(self, n: int) -> bool:
         """``RedisTier.warm_up`` with ``n`` connections: False (said) when Redis did not
         answer or the tier refuses it; what Redis did not answer is owed (NOTE(warm-later))."""
-        self._faults.last = None
+        faults = self._faults
+        faults.last, faults.held = None, []  # NOTE(one-startup-line) in diagnose.py
         self._owed = n
-        if (ok := await self.answered()) is not None:
-            return ok
-        ping = SETUP_S if self._client.pool is None else self._ping_s
-        self.refusal = self._faults.startup_failed(self._breaker, ping)
-        return False
+        try:
+            if (ok := await self.answered()) is not None:
+                return ok
+            self.refusal = self._failed(SETUP_S if self._client.pool is None else self._ping_s)
+            return False
+        finally:
+            self._say_held()  # what the startup line did not say
+
+    def _failed(self, ping_s: float) -> str | None:
+        """The warm-up failed with the faults' ``last`` (None: the breaker was open, nothing
+        sent): say which it was, true to what happens next (NOTE(startup-line) in
+        diagnose.py), with the fix of an outage held (NOTE(one-startup-line)); ``ping_s``:
+        the deadline of the health check's PING. The kind when the tier must refuse the
+        server (NOTE(refused-at-start)), else None."""
+        faults, breaker = self._faults, self._breaker
+        kind = faults.last
+        if kind is not None and kind not in OUTAGES:
+            self._say_held()  # first: the line says "the fix is logged above"
+            log.warning("remote tier %s answered at startup but cannot serve the tier (%s; "
+                        "the fix is logged above): serving without it (requests recompute) "
+                        "until the server's settings or --remote-url are fixed; no retry "
+                        "helps before that", faults.where, kind)
+            return kind if kind in REFUSED_AT_START else None
+        every = max(breaker.reset_s, ping_s) if kind == "timeout" else breaker.reset_s
+        if breaker.state is not BreakerState.CLOSED:  # its health check runs (breaker.py)
+            then = (f"it retries: the tier PINGs it about every {every:.1f} s and uses it "
+                    "again once one answers")
+        else:  # a weak failure left it closed
+            then = (f"requests keep trying it; after {breaker.threshold} failures in a row "
+                    f"the tier PINGs it about every {every:.1f} s instead")
+        said = "did not answer in time" if kind == "timeout" else "is not reachable"
+        log.warning("remote tier %s %s at startup (%s): serving without it (requests "
+                    "recompute); %s%s", faults.where, said, kind or "breaker open", then,
+                    "".join(f"; {fix}" for fix in faults.release()))
+        return None
+
+    def _say_held(self) -> None:
+        """Log the outage fixes the faults hold, each on its line as ``FaultLog.note`` says
+        one (NOTE(one-startup-line))."""
+        for fix in self._faults.release():
+            log.warning("remote tier %s: %s (each failure is a miss: requests recompute)",
+                        self._faults.where, fix)
 
     async def answered(self) -> bool | None:
         """Redis answers (at the warm-up, or the tier's breaker closed): the warm-up's owed

@@ -56,6 +56,7 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+import numpy as np
 import torch
 
 from kvpool.runtime.ema import ema
@@ -339,7 +340,12 @@ class RemoteReader:
 
     def _land(self, values: list[bytes | None], host: list[int]) -> int:
         """Worker thread: copy the leading run of usable values into the host blocks; the
-        number of values landed (the first missing or unusable one ends the run)."""
+        number of values landed (the first missing or unusable one ends the run).
+
+        NOTE(read-only-source): a value's blocks are views of read-only bytes. Made tensors
+        (``torch.frombuffer``), each process's first fetch printed torch's UserWarning "The
+        given buffer is not writable" to stderr; numpy views them read-only, with no warning
+        and no copy, and copies them into the host block's (CPU) memory as ``copy_`` did."""
         g = self.link.blocks_per_object
         flat = self.host_kv.view(self.host_kv.shape[0], -1)
         nbytes = self.bytes_per_block
@@ -352,7 +358,6 @@ class RemoteReader:
                 return i
             if len(blocks) != g or any(b.nbytes != nbytes for b in blocks):
                 return i
-            for j, b in enumerate(blocks):
-                src = torch.frombuffer(b, dtype=torch.uint8)
-                flat[host[i * g + j]].view(torch.uint8).copy_(src)
+            for j, b in enumerate(blocks):  # NOTE(read-only-source)
+                flat[host[i * g + j]].view(torch.uint8).numpy()[:] = np.frombuffer(b, np.uint8)
         return len(values)
