@@ -281,6 +281,12 @@ product):
     sports_live  a sports media app's assistant over a weekend: live-match chats behind a long
               head and each minute's match state, bursts at big moments, fantasy advice over
               stat tables, preview batches, recaps, push copy (written blind at 7e802a6)
+    ad_creative  an advertising platform's creative generator over a work week: bulk jobs
+              writing a campaign's variants cell by cell behind a long head (ad policies,
+              agency style, brand guidelines, brief, product feed synced nightly), a holiday
+              wave behind a shared seasonal template, nightly A/B refreshes with the winners
+              pasted in, editing sessions re-sent whole with the draft, policy reviews and a
+              re-check sweep after a policy change (written blind at b184687)
 
 Same instant-replay semantics as ``bench.policies`` (``simulate``, ``bench.baselines.replay``).
 It prints, per cell, LRU, every product policy, the research candidates

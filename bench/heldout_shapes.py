@@ -46,6 +46,7 @@ from bench.heldout_city_311 import city_311
 from bench.heldout_email_triage import email_triage
 from bench.heldout_lab_notebook import lab_notebook
 from bench.heldout_soc_copilot import soc_copilot
+from bench.heldout_ad_creative import ad_creative
 from bench.heldout_sports_live import sports_live
 from bench.heldout_travel_agent import travel_agent
 from bench.heldout_support import support_desk
@@ -84,4 +85,5 @@ SHAPES = {"drift": drift, "loop": loop, "tenants": tenants, "agent": agent,
           "property_mgmt": property_mgmt, "airline_ops": airline_ops, "tax_prep": tax_prep,
           "city_311": city_311, "email_triage": email_triage, "lab_notebook": lab_notebook,
           "swe_agent": swe_agent, "companion_chat": companion_chat,
-          "moderation": moderation, "sports_live": sports_live}
+          "moderation": moderation, "sports_live": sports_live,
+          "ad_creative": ad_creative}
