@@ -65,6 +65,9 @@
     dev_routes               vLLM's development cache routes (POST /reset_prefix_cache, ...;
                              dev_routes.py); default: absent (404), as without vLLM's
                              VLLM_SERVER_DEV_MODE
+    tokenizer_info           GET /tokenizer_info, the tokenizer's configuration (vLLM's
+                             --enable-tokenizer-info-endpoint; tokenizer_info.py); default:
+                             absent (404)
     per_request_metrics      completions and chat answers carry vLLM's timing ``metrics``
                              (--enable-per-request-metrics; request_timing.py)
     reasoning_parser         reads chat output's thinking apart (reasoning.py's NAMES:
@@ -113,6 +116,7 @@ from kvpool.server.request_ids import add_request_id
 from kvpool.server.responses_api import ResponsesRoute
 from kvpool.server.server_load import ServerLoad
 from kvpool.server.tenant import tenant_middleware
+from kvpool.server.tokenizer_info import TokenizerInfoRoute
 from kvpool.server.reasoning import ReasoningParser
 from kvpool.server.tools.parsers import tool_parser
 
@@ -149,11 +153,11 @@ def build_app(engine: EngineClient, *, api_key: str | tuple[str, ...] | None = N
               tool_call_parser: str | None = None, cors: CorsPolicy = DEFAULT_CORS,
               trust_request_chat_template: bool = False, server_load_tracking: bool = False,
               default_chat_template_kwargs: Mapping[str, Any] | None = None,
-              anthropic_disabled_thinking_effort: str = "auto") -> web.Application:
+              anthropic_disabled_thinking_effort: str = "auto",
+              tokenizer_info: bool = False) -> web.Application:
     """The OpenAI-compatible app (each option: the module docstring's table)."""
     app = _edge(api_key, tenant_header, cors, max_body_bytes, ServerLoad(server_load_tracking))
-    names = served_model_names or tuple(dict.fromkeys(
-        n for n in (engine.model_name, engine.config.served_model_name) if n))
+    names = served_model_names or _engine_names(engine)
     parser = _parser(engine, names, max_json_depth, chat_template, trust_request_chat_template,
                      reject_unknown_fields, tool_call_parser, generation_config,
                      override_generation_config, return_tokens_as_token_ids, reasoning_parser,
@@ -170,10 +174,17 @@ def build_app(engine: EngineClient, *, api_key: str | tuple[str, ...] | None = N
     ResponsesRoute.register(app, routes)  # POST /v1/responses, GET /v1/responses/{id}, cancel
     # POST /v1/kvpool/lookup (the router asks): the generation routes' parse pool and salts
     LookupRoute.register(app, engine, parser, routes.parse_pool, namespace)
-    _wire(app, engine, metrics, routes, gate, dev_routes, anthropic_disabled_thinking_effort)
+    _wire(app, engine, metrics, routes, gate, dev_routes, anthropic_disabled_thinking_effort,
+          tokenizer_info)
     app[_ENGINE_SHUTDOWN_KEY] = float(engine_shutdown_timeout)
     app[_MANAGE_ENGINE_KEY] = manage_engine
     return app
+
+
+def _engine_names(engine: EngineClient) -> tuple[str, ...]:
+    """The names the engine serves under (its model's, then its config's), each once."""
+    return tuple(dict.fromkeys(n for n in (engine.model_name, engine.config.served_model_name)
+                               if n))
 
 
 def _edge(api_key: str | tuple[str, ...] | None, tenant_header: str | None, cors: CorsPolicy,
@@ -237,10 +248,13 @@ def _parser(engine: EngineClient, names: tuple[str, ...], max_json_depth: int,
 
 def _wire(app: web.Application, engine: EngineClient, metrics: KVPoolMetrics,
           routes: OpenAIRoutes, gate: RequestGate, dev_routes: bool = False,
-          disabled_effort: str = "auto") -> None:
-    """The app's keys and its lifetime hooks (and vLLM's development routes, if asked)."""
+          disabled_effort: str = "auto", tokenizer_info: bool = False) -> None:
+    """The app's keys and its lifetime hooks (and vLLM's development routes and
+    /tokenizer_info, if asked)."""
     if dev_routes:  # POST /reset_prefix_cache, /reset_mm_cache, /reset_encoder_cache
         DevRoutes.register(app, engine)
+    if tokenizer_info:  # GET /tokenizer_info: the template chat renders with
+        TokenizerInfoRoute.register(app, engine.config, routes.parser.chat_template)
     app[ENGINE_KEY] = engine
     app[METRICS_KEY] = metrics
     app[ROUTES_KEY] = routes

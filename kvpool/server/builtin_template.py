@@ -9,12 +9,36 @@ from typing import Any
 
 from kvpool.server.chat_messages import ROLES, message_dict
 
-__all__ = ["ChatTemplate"]
+__all__ = ["JINJA_SOURCE", "ChatTemplate"]
 
 TOOLS_INTRO = ("# Tools\n\nYou may call one or more of these functions (one JSON signature a "
                "line):\n")
 TOOLS_HOW = ('To call a function, reply with <tool_call>{"name": NAME, "arguments": '
              '{...}}</tool_call>, once for each call.')
+
+_END = r'"\n<|end|>\n"'
+# NOTE(builtin-jinja): the built-in template as Jinja, for clients that render it themselves
+# (GET /tokenizer_info's chat_template: lm-eval's RemoteTokenizer, under StrictUndefined).
+# It renders what ChatTemplate.render does, tools and calls included
+# (tests/server/test_tokenizer_info.py); ChatTemplate stays the renderer the server runs.
+JINJA_SOURCE = "\n".join((
+    '{%- set has_tools = tools is defined and tools -%}{%- if has_tools -%}',
+    "{%- set ns = namespace(text=" + json.dumps(TOOLS_INTRO) + ") -%}",
+    '{%- for t in tools -%}{%- set ns.text = ns.text + ((t["function"] if "function" in t',
+    ' else t) | tojson) + "\\n" -%}{%- endfor -%}',
+    "{%- set tools_text = ns.text + " + json.dumps(TOOLS_HOW) + " -%}",
+    '{%- if messages[0]["role"] not in ["system", "developer"] -%}',
+    '{{- "<|system|>\\n" + tools_text + ' + _END + ' -}}{%- endif -%}{%- endif -%}',
+    '{%- for m in messages -%}',
+    '{%- set role = "system" if m["role"] == "developer" else m["role"] -%}',
+    '{{- "<|" + role + "|>\\n" + m["content"] -}}',
+    '{%- if loop.first and has_tools and m["role"] in ["system", "developer"] -%}',
+    '{{- "\\n\\n" + tools_text -}}{%- endif -%}',
+    '{%- if "tool_calls" in m and m["tool_calls"] -%}{%- for c in m["tool_calls"] -%}',
+    '{{- "<tool_call>" + ({"name": c["function"]["name"], "arguments":',
+    ' c["function"]["arguments"]} | tojson) + "</tool_call>" -}}{%- endfor -%}{%- endif -%}',
+    "{{- " + _END + " -}}{%- endfor -%}",
+    '{%- if add_generation_prompt -%}{{- "<|assistant|>\\n" -}}{%- endif -%}'))
 
 
 def _call_text(call: dict[str, Any]) -> str:
@@ -42,6 +66,7 @@ class ChatTemplate:
     """
 
     ROLES = ROLES
+    source = JINJA_SOURCE  # the same template as Jinja (NOTE(builtin-jinja))
     add_special_tokens = True  # the markers are text: the tokenizer adds BOS
 
     def render(self, messages: Sequence[tuple], *, add_generation_prompt: bool = True,

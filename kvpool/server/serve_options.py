@@ -106,6 +106,7 @@ class ServeOptions:
     enable_server_load_tracking: bool = False  # GET /load counts generation requests (vLLM's)
     enable_per_request_metrics: bool = False  # answers carry timing metrics (vLLM's)
     dev_routes: bool = False  # vLLM's cache reset routes (from_args: or $VLLM_SERVER_DEV_MODE)
+    enable_tokenizer_info_endpoint: bool = False  # GET /tokenizer_info (vLLM's; 404 off)
     # CORS (cors.py), vLLM's flags: JSON lists as given on the command line, or sequences
     allowed_origins: tuple[str, ...] | str = ()  # none (cors.py NOTE(no-origin-default))
     allow_credentials: bool = False
@@ -157,12 +158,10 @@ class ServeOptions:
 
     def _check_api_options(self) -> None:
         """The flags of _add_api_args: the stored responses' bounds, the tool call parser."""
-        require(self.max_stored_responses >= 0,
-                f"--max-stored-responses {self.max_stored_responses}: use a count >= 0 (0: "
-                "store none)")
-        require(self.max_stored_response_bytes >= 0,
-                f"--max-stored-response-bytes {self.max_stored_response_bytes}: use bytes >= 0 "
-                "(0: store none)")
+        require(self.max_stored_responses >= 0, f"--max-stored-responses "
+                f"{self.max_stored_responses}: use a count >= 0 (0: store none)")
+        require(self.max_stored_response_bytes >= 0, f"--max-stored-response-bytes "
+                f"{self.max_stored_response_bytes}: use bytes >= 0 (0: store none)")
         require(not self.enable_auto_tool_choice or self.tool_call_parser is not None,
                 "--enable-auto-tool-choice needs --tool-call-parser NAME (one of "
                 f"{', '.join(sorted(PARSERS))})")
@@ -179,14 +178,15 @@ class ServeOptions:
 
     @property
     def request_defaults(self) -> dict[str, Any]:
-        """build_app's keywords for what a request gets where it leaves a field out, and
-        what every answer carries (vLLM's timing metrics)."""
+        """build_app's keywords for what a request gets where it leaves a field out, what
+        every answer carries (vLLM's timing metrics), and vLLM's GET /tokenizer_info."""
         return {"generation_config": self.generation_config,
                 "override_generation_config": self.override_generation_config,
                 "return_tokens_as_token_ids": self.return_tokens_as_token_ids,
                 "default_chat_template_kwargs": self.default_chat_template_kwargs,
                 "anthropic_disabled_thinking_effort": self.anthropic_disabled_thinking_effort,
-                "per_request_metrics": self.enable_per_request_metrics}
+                "per_request_metrics": self.enable_per_request_metrics,
+                "tokenizer_info": self.enable_tokenizer_info_endpoint}
 
     def access_log(self, logger: logging.Logger) -> logging.Logger | None:
         """The logger of the per-request access line: ``logger`` where it logs debug (the

@@ -244,6 +244,10 @@ def _add_honored_server(group: Any) -> None:
     group.add_argument("--disable-uvicorn-access-log", action=VllmSwitch,
                        default=False, help="no access line per request, not even "
                        "at --log-level debug (the only level kvpool writes one at)")
+    group.add_argument("--enable-tokenizer-info-endpoint", action=VllmSwitch, default=False,
+                       help="serve GET /tokenizer_info: the tokenizer's configuration and chat "
+                       "template, for clients that tokenize through the server (lm-eval's "
+                       "remote tokenizer) (default: off, 404)")
     group.add_argument("--return-tokens-as-token-ids", action=VllmSwitch,
                        default=False, help="logprob tokens spelled "
                        "token_id:<id> where a request leaves its return_tokens_as_token_ids "

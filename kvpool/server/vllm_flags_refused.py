@@ -103,8 +103,6 @@ REFUSED_ON = {
     "it out",
     "enable_sleep_mode": "kvpool has no sleep mode (no /sleep or /wake_up; the weights and KV "
     "cache stay on the device): leave it out",
-    "enable_tokenizer_info_endpoint": "kvpool serves no /tokenizer_info route (POST "
-    "/tokenize and /detokenize are there): leave it out",
     "headless": "kvpool serve always runs its API server (no multi-node data parallelism): "
     "leave it out, and run replicas behind `kvpool router`",
     "data_parallel_hybrid_lb": _EXTERNAL_LB,

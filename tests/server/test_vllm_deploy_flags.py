@@ -151,8 +151,6 @@ def test_vllms_dotted_forms_of_json_flags_kvpool_takes():
                                                 "serve is one engine: use 0"),
     (["--headless"], "--headless: kvpool serve always runs its API server"),
     (["-dpe"], "-dpe: one kvpool serve is one engine with its own API server"),
-    (["--enable-tokenizer-info-endpoint"], "--enable-tokenizer-info-endpoint: kvpool serves no "
-                                           "/tokenizer_info route"),
     (["--runner", "pooling"], "--runner: pooling: kvpool serves generative models only"),
     (["--cpu-offload-gb", "4"], "--cpu-offload-gb: 4.0: kvpool keeps every weight on the "
                                 "device: use 0"),

@@ -69,13 +69,13 @@ def test_honored_server_flags_land_in_the_serve_options(caplog):
         "--disable-uvicorn-access-log", "--return-tokens-as-token-ids",
         "--override-generation-config", '{"temperature": 0.5, "max_new_tokens": 9}',
         "--default-chat-template-kwargs", '{"enable_thinking": false}',
-        "--anthropic-disabled-thinking-effort", "low"))
+        "--anthropic-disabled-thinking-effort", "low", "--enable-tokenizer-info-endpoint"))
     assert o.request_defaults == {"generation_config": "auto", "return_tokens_as_token_ids": True,
                                   "override_generation_config": {"temperature": 0.5,
                                                                  "max_new_tokens": 9},
                                   "default_chat_template_kwargs": {"enable_thinking": False},
                                   "anthropic_disabled_thinking_effort": "low",
-                                  "per_request_metrics": False}
+                                  "per_request_metrics": False, "tokenizer_info": True}
     server = logging.getLogger("kvpool.server")
     with caplog.at_level(logging.DEBUG, logger="kvpool.server"):
         assert o.access_log(server) is None  # no access line, not even at debug
@@ -87,7 +87,8 @@ def test_honored_server_flags_land_in_the_serve_options(caplog):
     assert ServeOptions.from_args(parse()).request_defaults == {
         "generation_config": "auto", "return_tokens_as_token_ids": False,
         "override_generation_config": None, "default_chat_template_kwargs": None,
-        "anthropic_disabled_thinking_effort": "auto", "per_request_metrics": False}
+        "anthropic_disabled_thinking_effort": "auto", "per_request_metrics": False,
+        "tokenizer_info": False}
 
 
 def test_override_generation_config_merges_over_the_file(tmp_path):

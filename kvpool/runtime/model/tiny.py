@@ -16,6 +16,7 @@ from __future__ import annotations
 import json
 import math
 from pathlib import Path
+from typing import Any
 
 import torch
 from safetensors.torch import save_file
@@ -25,7 +26,8 @@ from .config import ModelConfig
 from .llama import LlamaModel
 from .tokenizer import Tokenizer
 
-__all__ = ["TINY_MODEL_NAME", "build_tiny_model", "save_tiny_model", "tiny_config"]
+__all__ = ["TINY_MODEL_NAME", "build_tiny_model", "save_tiny_model", "tiny_config",
+           "tiny_tokenizer_config"]
 
 TINY_MODEL_NAME = "kvpool-tiny"
 
@@ -84,6 +86,13 @@ def build_tiny_model(
     return config, model, tokenizer
 
 
+def tiny_tokenizer_config() -> dict[str, Any]:
+    """The built-in tokenizer's tokenizer_config.json: ``save_tiny_model`` writes it, and a
+    server on the built-in model answers it at GET /tokenizer_info (tokenizer_info.py)."""
+    return {"tokenizer_class": "PreTrainedTokenizerFast", "bos_token": BOS, "eos_token": EOS,
+            "pad_token": PAD, "model_max_length": tiny_config().max_position_embeddings}
+
+
 def save_tiny_model(directory: str | Path, seed: int = 0) -> Path:
     """Write the tiny model as a Hugging Face directory loadable by ``load_model`` and by
     transformers' ``LlamaForCausalLM.from_pretrained`` (float32 weights)."""
@@ -94,10 +103,8 @@ def save_tiny_model(directory: str | Path, seed: int = 0) -> Path:
     save_file(dict(model.hf_state_dict()), str(out / "model.safetensors"),
               metadata={"format": "pt"})
     tokenizer.save(out / "tokenizer.json")
-    (out / "tokenizer_config.json").write_text(json.dumps({
-        "tokenizer_class": "PreTrainedTokenizerFast", "bos_token": BOS, "eos_token": EOS,
-        "pad_token": PAD, "model_max_length": config.max_position_embeddings,
-    }, indent=2) + "\n")
+    (out / "tokenizer_config.json").write_text(json.dumps(tiny_tokenizer_config(), indent=2)
+                                               + "\n")
     (out / "generation_config.json").write_text(json.dumps({
         "bos_token_id": config.bos_token_id, "eos_token_id": config.eos_token_ids[0],
         "pad_token_id": tokenizer.token_to_id(PAD),
