@@ -20,6 +20,7 @@ from kvpool.remote.keys import segment_of
 from kvpool.runtime.engine.async_engine import AsyncEngine
 from kvpool.server.remote_setup import build_link
 from tests.configs import engine_config
+from tests.remote.breakers import warmed
 from tests.remote.chains import chain
 from tests.remote.conftest import NS
 from tests.remote.engines import run, settle, stop, tokens
@@ -42,6 +43,9 @@ async def cluster_engine(url: str) -> AsyncEngine:
 
 def tier(url: str, **kw) -> RedisTier:
     kw.setdefault("breaker", CircuitBreaker(threshold=3, reset_s=0.5))
+    # the engines' deadlines, for the same reason (the errors asserted are the cluster's)
+    kw.setdefault("op_timeout", 5.0)
+    kw.setdefault("connect_timeout", 5.0)
     return RedisTier(url, ValueCodec(NS), **kw)
 
 
@@ -53,7 +57,7 @@ def items(codec, hashes, size=256):
 async def test_a_long_prefix_is_probed_and_read_per_segment_without_crossslot(redis_cluster):
     t = tier(redis_cluster.url)
     try:
-        assert await t.warm_up()
+        w = await warmed(t)
         assert issubclass(t.connection_class, BufferedConnection)
         hashes = chain(200, salt="segments")
         its = items(t.codec, hashes)
@@ -68,8 +72,8 @@ async def test_a_long_prefix_is_probed_and_read_per_segment_without_crossslot(re
         r.delete(keys[100])
         r.close()
         assert await t.probe(keys) == 100
-        st = t.stats()
-        assert st.errors == {} and t.faults.seen <= {"full-coverage"}  # NOTE(full-coverage) only
+        st = w.stats()
+        assert st.errors == {} and w.seen() <= {"full-coverage"}  # NOTE(full-coverage) only
         assert st.hit_blocks == 200 + 160 + 100
     finally:
         await t.aclose()
@@ -98,7 +102,7 @@ async def test_moved_is_followed_and_counted(redis_cluster):
     t = tier(redis_cluster.url)
     metrics = RemoteMetrics(t.stats)
     try:
-        assert await t.warm_up()
+        w = await warmed(t)
         hashes = chain(8, salt="moved")
         its = items(t.codec, hashes)
         keys = [k for k, _ in its]
@@ -117,7 +121,7 @@ async def test_moved_is_followed_and_counted(redis_cluster):
         assert t.redirects.get("moved", 0) >= 1
         family = next(f for f in metrics.families() if f[0] == "kvpool_remote_redirects_total")
         assert dict(family[4])[("moved",)] >= 1
-        assert t.stats().errors == {}
+        assert w.stats().errors == {}
     finally:
         await t.aclose()
 

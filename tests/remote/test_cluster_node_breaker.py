@@ -11,6 +11,7 @@ import pytest
 import redis
 
 from kvpool.remote import BreakerState, CircuitBreaker, RedisTier, ValueCodec
+from tests.remote.breakers import warmed
 from tests.remote.chains import chain_items, one_prefix_per_master
 from tests.remote.conftest import NS
 
@@ -24,7 +25,7 @@ async def test_a_lost_master_misses_only_its_slots_and_recovers(own_cluster, fau
     _set_everywhere(own_cluster, "CONFIG", "SET", "cluster-require-full-coverage", "no")
     t = RedisTier(own_cluster.url, ValueCodec(NS), breaker=CircuitBreaker(threshold=3, reset_s=0.2))
     try:
-        assert await t.warm_up()
+        w = await warmed(t)  # NOTE(warmed) in tests/remote/breakers.py
         by_port = one_prefix_per_master(own_cluster, t.codec, "salt")
         for items in by_port.values():
             assert await t.put_many(items) == 8
@@ -37,7 +38,7 @@ async def test_a_lost_master_misses_only_its_slots_and_recovers(own_cluster, fau
             for items in kept:  # the two live masters' keys still hit
                 assert await t.probe([k for k, _ in items]) == 8
                 assert await t.get_many([k for k, _ in items]) == [v for _, v in items]
-        st = t.stats()
+        st = w.stats()
         assert t.breaker.state is BreakerState.CLOSED and st.breakers_open == 1, st
         # the dead node's probes: one or two reached it (closed, then refused: that opened
         # its breaker; a hung node's timeout opened it at once), the others were refused with
@@ -62,7 +63,7 @@ async def test_a_killed_node_is_said_to_be_unreachable_not_a_tls_port(own_cluste
     'the server dropped the connection ...: if that port speaks TLS, use rediss://'."""
     t = RedisTier(own_cluster.url, ValueCodec(NS), breaker=CircuitBreaker(threshold=3, reset_s=30))
     try:
-        assert await t.warm_up()
+        await warmed(t)  # NOTE(warmed) in tests/remote/breakers.py
         items = chain_items(t.codec, "node-down")
         assert await t.put_many(items) == 8
         dead = own_cluster.master_of(items[0][0])
@@ -105,7 +106,7 @@ async def test_a_cluster_down_pauses_each_nodes_calls_until_it_serves_again(own_
     trial (CLUSTER INFO) closes it once the node says cluster_state:ok (NOTE(clusterdown))."""
     t = RedisTier(own_cluster.url, ValueCodec(NS), breaker=CircuitBreaker(threshold=3, reset_s=0.2))
     try:
-        assert await t.warm_up()
+        w = await warmed(t)  # NOTE(warmed) in tests/remote/breakers.py
         prefixes = list(one_prefix_per_master(own_cluster, t.codec, "salt").values())
         for items in prefixes:
             assert await t.put_many(items) == 8
@@ -115,7 +116,7 @@ async def test_a_cluster_down_pauses_each_nodes_calls_until_it_serves_again(own_
         for _ in range(3):
             for items in prefixes:
                 assert await t.probe([k for k, _ in items]) == 0
-        st = t.stats()
+        st = w.stats()
         assert st.errors.get("cluster") == 3 and st.errors.get("breaker_open") == 6, st
         assert st.breakers_open == 3 and t.breaker.state is BreakerState.CLOSED, st
         _set_everywhere(own_cluster, "CONFIG", "SET", "cluster-require-full-coverage", "no")

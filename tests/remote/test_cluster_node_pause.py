@@ -11,6 +11,7 @@ import asyncio
 import redis
 
 from kvpool.remote import BreakerState, CircuitBreaker, RedisTier, ValueCodec
+from tests.remote.breakers import warmed
 from tests.remote.chains import chain
 from tests.remote.conftest import NS
 
@@ -54,14 +55,14 @@ async def test_a_node_lacking_set_stays_paused_alone_until_its_acl_is_fixed(own_
     t = RedisTier(f"redis+cluster://u:p@{seeds}", codec, op_timeout=5.0, connect_timeout=5.0,
                   breaker=CircuitBreaker(threshold=3, reset_s=0.05))
     try:
-        assert await t.warm_up()
+        w = await warmed(t)  # NOTE(warmed) in tests/remote/breakers.py
         by_port = prefixes(own_cluster, codec)
         assert await t.put_many(by_port[bad.port]) == 0  # NOPERM: that node's breaker pauses
         good = [items for port, items in by_port.items() if port != bad.port]
         for items in good:
             assert await t.put_many(items) == 8
         for _ in range(200):  # bounded: a trial every reset_s; stop once 5 failed or one closed
-            st = t.stats()
+            st = w.stats()
             if st.health_failed >= 5 or st.breakers_open == 0:
                 break
             await asyncio.sleep(0.02)

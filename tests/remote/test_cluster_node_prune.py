@@ -15,6 +15,7 @@ import redis
 
 from kvpool.remote import CircuitBreaker, RedisTier, RemoteStats, ValueCodec
 from kvpool.remote.node_breakers import HealthChecks
+from tests.remote.breakers import warmed
 from tests.remote.chains import chain_items, one_prefix_per_master
 from tests.remote.conftest import NS
 from tests.router.kv_events import until
@@ -53,7 +54,7 @@ async def test_a_master_that_left_the_cluster_loses_its_breaker_at_the_next_refr
     t = RedisTier(own_cluster.url, ValueCodec(NS),
                   breaker=CircuitBreaker(threshold=3, reset_s=0.5))
     try:
-        assert await t.warm_up()
+        await warmed(t)  # NOTE(warmed) in tests/remote/breakers.py
         by_port = one_prefix_per_master(own_cluster, t.codec, "prune")
         for items in by_port.values():
             assert await t.put_many(items) == 8

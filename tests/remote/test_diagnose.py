@@ -13,7 +13,7 @@ import redis
 
 from kvpool.remote import BreakerState, CircuitBreaker, RedisTier, ValueCodec
 from kvpool.remote.diagnose import CLUSTER_FIX
-from tests.remote.breakers import wait_closed
+from tests.remote.breakers import wait_closed, warmed
 from tests.remote.chains import chain
 from tests.remote.conftest import NS
 from bench.redis_ports import reserve_port
@@ -120,7 +120,7 @@ async def test_untrusted_certificate_and_plain_url_to_a_tls_port(servers, tiers,
     assert len(lines(caplog, "use rediss://host:port")) == 1, caplog.text
     caplog.set_level(logging.INFO, logger="kvpool.remote")
     trusted = tiers(srv.url)
-    assert await trusted.warm_up()
+    await warmed(trusted)  # its first answer may be late: NOTE(warmed) in breakers.py
     up = lines(caplog, "is reachable")
     assert len(up) == 1 and "maxmemory 256 MiB" in up[0] and "allkeys-lru" in up[0], caplog.text
 
@@ -154,7 +154,7 @@ async def test_cluster_enabled_server_is_refused_with_the_fix(servers, tiers, ca
 async def test_noeviction_is_warned_and_an_oom_pauses_the_puts(servers, tiers, caplog):
     srv = servers(maxmemory="3mb", policy="noeviction")
     tier = tiers(srv.url, oom_pause_s=30.0)
-    assert await tier.warm_up()
+    await warmed(tier)  # the warning said by the warm-up's INFO, in time or late
     warned = lines(caplog, "maxmemory-policy is noeviction")
     assert len(warned) == 1 and "allkeys-lru" in warned[0]
     stored = 0

@@ -13,7 +13,7 @@ import redis
 
 from kvpool.remote import BreakerState, CircuitBreaker, RedisTier, ValueCodec
 from bench.redis_ports import dead_port
-from tests.remote.breakers import wait_closed
+from tests.remote.breakers import wait_closed, warmed
 from tests.remote.chains import chain_items, one_prefix_per_master
 from tests.remote.conftest import NS
 from tests.remote.test_diagnose import logged
@@ -29,6 +29,16 @@ def _everywhere(cluster, *args) -> None:
         r = redis.Redis(port=n.port)
         r.execute_command(*args)
         r.close()
+
+
+async def _reached(caplog, text: str, n: int, bound_s: float) -> bool:
+    """Whether ``n`` INFO lines with ``text`` are logged within ``bound_s``."""
+    t0 = time.monotonic()
+    while len(_said(caplog, logging.INFO, text)) < n:
+        if time.monotonic() - t0 > bound_s:
+            return False
+        await asyncio.sleep(0.02)
+    return True
 
 
 async def _idle_closed(cluster, bound_s: float = 6.0) -> None:
@@ -56,7 +66,7 @@ async def test_connections_a_node_closed_while_idle_are_reopened(redis_cluster, 
     t = RedisTier(redis_cluster.url, ValueCodec(NS), connect_timeout=2.0, op_timeout=2.0,
                   breaker=CircuitBreaker(threshold=3, reset_s=0.2))
     try:
-        assert await t.warm_up(4)
+        w = await warmed(t, 4)  # NOTE(warmed) in tests/remote/breakers.py
         prefixes = list(one_prefix_per_master(redis_cluster, t.codec, "idle").values())
         for items in prefixes:
             assert await t.put_many(items) == 8
@@ -67,7 +77,7 @@ async def test_connections_a_node_closed_while_idle_are_reopened(redis_cluster, 
             assert await t.probe(keys) == 8, t.stats()
             assert await t.get_many(keys) == [v for _, v in items]
             assert await t.put_many(chain_items(t.codec, f"after{i}")) == 8
-        assert t.stats().errors == {} and t.stats().breaker_opens == 0, t.stats()
+        assert w.stats().errors == {} and w.stats().breaker_opens == 0, t.stats()
         assert not _said(caplog, logging.WARNING, ""), caplog.text
     finally:
         _everywhere(redis_cluster, "CONFIG", "SET", "timeout", "0")
@@ -80,15 +90,17 @@ async def test_a_second_restart_is_said_again(redis_server, make_tier, caplog):
     caplog.set_level(logging.INFO, logger="kvpool.remote")
     t = make_tier(breaker=CircuitBreaker(threshold=3, reset_s=0.05), connect_timeout=1.0)
     keys = [k for k, _ in chain_items(t.codec, "restart")]
-    assert await t.warm_up()
+    w = await warmed(t)  # NOTE(warmed) in tests/remote/breakers.py
     for n in (1, 2):
         redis_server.kill()
         for _ in range(3):  # one line an episode, not one a call
             assert await t.probe(keys) == 0
         assert len(_said(caplog, logging.WARNING, "nothing accepts connections")) == n
         redis_server.start()
-        assert await wait_closed(t, 5.0) is not None
-    assert t.stats().breaker_opens == 2
+        # its trial closes the breaker, then the recovery's INFO says it: on a loaded box a
+        # kill right after the close failed that INFO, and a line went unsaid
+        assert await _reached(caplog, "is reachable", n + 1, 10.0), caplog.text
+    assert w.stats().breaker_opens == 2
     assert len(_said(caplog, logging.INFO, "is reachable")) == 3  # the start, 2 recoveries
 
 
@@ -98,7 +110,7 @@ async def test_a_second_readonly_spell_is_said_again(redis_server, make_tier, ca
     admin = redis.Redis(port=redis_server.port)
     t = make_tier(breaker=CircuitBreaker(threshold=3, reset_s=0.05))
     try:
-        assert await t.warm_up()
+        w = await warmed(t)  # NOTE(warmed) in tests/remote/breakers.py
         for n in (1, 2):
             with dead_port() as port:  # nobody there (bench/redis_ports.py NOTE(dead-port))
                 admin.execute_command("REPLICAOF", "127.0.0.1", port)
@@ -107,7 +119,7 @@ async def test_a_second_readonly_spell_is_said_again(redis_server, make_tier, ca
                 assert len(_said(caplog, logging.WARNING, "read-only replica")) == n
                 admin.execute_command("REPLICAOF", "NO", "ONE")
             assert await wait_closed(t, 5.0) is not None
-        assert t.stats().breaker_opens == 2 and t.stats().errors["readonly"] == 2
+        assert w.stats().breaker_opens == 2 and w.stats().errors["readonly"] == 2
     finally:
         admin.close()
 
@@ -127,7 +139,7 @@ async def test_a_nodes_second_outage_and_each_recovery_are_said(redis_cluster, c
     t = RedisTier(redis_cluster.url, ValueCodec(NS), connect_timeout=0.3, op_timeout=0.3,
                   breaker=CircuitBreaker(threshold=3, reset_s=0.05))
     try:
-        assert await t.warm_up()
+        w = await warmed(t)  # NOTE(warmed) in tests/remote/breakers.py
         items = chain_items(t.codec, "node-twice")
         assert await t.put_many(items) == 8
         node = redis_cluster.master_of(items[0][0])
@@ -142,7 +154,7 @@ async def test_a_nodes_second_outage_and_each_recovery_are_said(redis_cluster, c
             await _nodes_closed(t, 5.0)
             assert len(_said(caplog, logging.INFO, f"cluster node {name} answers again")) == n
         admin.close()
-        assert t.breaker.state is BreakerState.CLOSED and t.stats().breaker_opens == 2
+        assert t.breaker.state is BreakerState.CLOSED and w.stats().breaker_opens == 2
         assert await t.probe([k for k, _ in items]) == 8
     finally:
         await t.aclose()
@@ -156,7 +168,7 @@ async def test_an_oom_under_allkeys_lru_asks_for_more_maxmemory(redis_server, ma
     admin.config_set("maxmemory", "1mb")  # below what Redis holds with no key at all
     admin.close()
     t = make_tier(oom_pause_s=30.0)
-    assert await t.warm_up()
+    await warmed(t)  # NOTE(warmed) in tests/remote/breakers.py
     assert await t.put_many(chain_items(t.codec, "oom", 4, 64 << 10)) == 0
     assert t.stats().oom_pauses == 1
     await logged(caplog, "out of memory")  # said once INFO was read again: NOTE(oom-reread)
@@ -171,7 +183,7 @@ async def test_an_oom_after_the_policy_changed_names_the_fix_for_the_policy_now(
     """The line quoted the settings read at the warm-up ("allkeys-lru, 256 MiB ... raise
     maxmemory") after the operator set noeviction and a tiny maxmemory (NOTE(oom-reread))."""
     t = make_tier(oom_pause_s=30.0)
-    assert await t.warm_up()  # the fixture's server: allkeys-lru, 256 MiB
+    await warmed(t)  # the fixture's server: allkeys-lru, 256 MiB (NOTE(warmed))
     admin = redis.Redis(port=redis_server.port)
     admin.config_set("maxmemory-policy", "noeviction")
     admin.config_set("maxmemory", "1mb")  # below what Redis holds with no key at all

@@ -10,6 +10,7 @@ import logging
 import redis
 
 from kvpool.remote import BreakerState, CircuitBreaker, RedisTier, ValueCodec
+from tests.remote.breakers import warmed
 from tests.remote.chains import chain_items
 from tests.remote.conftest import NS
 from tests.remote.test_diagnose import lines, logged
@@ -34,10 +35,10 @@ async def test_a_user_without_info_is_served_said_once_with_the_acl_fix(redis_se
     caplog.set_level(logging.INFO, logger="kvpool.remote")
     tier = _tier(_user(redis_server.port, "+@all", "-info"))
     try:
-        assert await tier.warm_up()
+        w = await warmed(tier)  # NOTE(warmed) in tests/remote/breakers.py
         its = chain_items(tier.codec, "noinfo", 4, 64)
         assert await tier.put_many(its) == 4 and await tier.probe([k for k, _ in its]) == 4
-        assert tier.breaker.state is BreakerState.CLOSED and tier.stats().breaker_opens == 0
+        assert tier.breaker.state is BreakerState.CLOSED and w.stats().breaker_opens == 0
         said = lines(caplog, "may not run INFO")
         assert len(said) == 1 and "ACL SETUSER USER +info" in said[0], caplog.text
         assert not lines(caplog, "lacks a permission") and lines(caplog, "settings unchecked")
@@ -52,7 +53,7 @@ async def test_an_oom_whose_info_reread_is_refused_leaves_the_reads_served(redis
     url = _user(redis_server.port, "+@all")
     tier = _tier(url)
     try:
-        assert await tier.warm_up()  # the fixture's settings: allkeys-lru, 256 MiB
+        w = await warmed(tier)  # the fixture's settings: allkeys-lru, 256 MiB
         its = chain_items(tier.codec, "kept", 4, 64)
         assert await tier.put_many(its) == 4
         admin = redis.Redis(port=redis_server.port)
@@ -66,6 +67,6 @@ async def test_an_oom_whose_info_reread_is_refused_leaves_the_reads_served(redis
         assert tier.breaker.state is BreakerState.CLOSED, tier.stats()
         got = await tier.get_many([k for k, _ in its])  # GETRANGE runs over maxmemory
         assert got == [v for _, v in its], tier.stats()  # (the probe's script does not)
-        assert tier.stats().breaker_opens == 0 and not lines(caplog, "lacks a permission")
+        assert w.stats().breaker_opens == 0 and not lines(caplog, "lacks a permission")
     finally:
         await tier.aclose()
