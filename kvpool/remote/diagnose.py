@@ -67,7 +67,8 @@ _FIXES = {
                        "GET-MASTER-ADDR-BY-NAME SERVICE) is not reachable from here "
                        "(replica-announce-ip). The tier retries",
     "closed": "the server dropped the connection ({detail}): if that port speaks TLS, use "
-              "rediss://host:port",
+              "rediss://host:port; if another service listens there (one that closes on what "
+              "it cannot parse, e.g. an HTTP server), check --remote-url's host and port",
     "connection": "cannot talk to Redis ({detail}): check --remote-url and the network",
     "protocol": "the server there does not speak Redis ({detail}): check --remote-url's host "
                 "and port (another service, e.g. HTTP, listens there)",

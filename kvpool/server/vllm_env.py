@@ -12,6 +12,9 @@ flag on the command line or in a ``--config`` file (expanded into arguments) win
 engine's flags, whose default is argparse.SUPPRESS (``kvpool serve`` passes only those given),
 pass the variable's value on as if given. A malformed value exits 2 naming the variable before
 anything is built, where vLLM fails when it first reads it.
+
+NOTE(env-help): the malformed value is said once the arguments are parsed, so ``kvpool serve
+--help`` still prints (vLLM reads its variables lazily: its --help never reads them).
 """
 
 from __future__ import annotations
@@ -39,15 +42,20 @@ def _count(text: str) -> int:
 def _seconds(text: str) -> float:
     """NOTE(keep-alive-zero): vLLM hands the value to uvicorn, where 0 closes an idle
     connection at once; kvpool's --keep-alive-timeout 0 never closes it, so 0 is refused rather
-    than read as its opposite."""
-    value = float(text)
-    if not value > 0:
-        raise ValueError
-    return value
+    than read as its opposite. vLLM reads it with int(), so ``inf`` (never close, as 0 here)
+    or ``1e3`` fail there and are refused here too."""
+    return float(_count(text))
+
+
+# NOTE(level-aliases): vLLM upper-cases the value into logging's dictConfig, which also takes
+# WARN and FATAL (Python's aliases of WARNING and CRITICAL): a deployment that sets them
+# starts under vLLM, so it starts here
+_LEVEL_ALIASES = {"warn": "warning", "fatal": "critical"}
 
 
 def _level(text: str) -> str:
     value = text.strip().lower()  # vLLM upper-cases it; kvpool's --log-level takes any case
+    value = _LEVEL_ALIASES.get(value, value)
     if value not in LOG_LEVELS:
         raise ValueError
     return value
@@ -58,8 +66,9 @@ ENV_FLAGS: dict[str, tuple[str, str, Callable[[str], Any], str]] = {
     "VLLM_MAX_STOP_STRINGS": ("max_stop", "--max-stop", _count, "an integer >= 1"),
     "VLLM_MAX_N_SEQUENCES": ("max_n", "--max-n", _count, "an integer >= 1"),
     "VLLM_HTTP_TIMEOUT_KEEP_ALIVE": ("keep_alive_timeout", "--keep-alive-timeout", _seconds,
-                                     "seconds > 0 (kvpool's --keep-alive-timeout 0 never "
-                                     "closes an idle connection, where uvicorn's closes it)"),
+                                     "whole seconds >= 1 (kvpool's --keep-alive-timeout 0 "
+                                     "never closes an idle connection, where uvicorn's "
+                                     "closes it)"),
     "VLLM_LOGGING_LEVEL": ("log_level", "--log-level", _level,
                            "one of " + ", ".join(level.upper() for level in LOG_LEVELS)),
 }
@@ -91,12 +100,15 @@ def take_vllm_env(parser: argparse.ArgumentParser,
                          namespace: argparse.Namespace | None = None) -> Any:
         namespace = argparse.Namespace() if namespace is None else namespace
         try:
-            values = env_values(environ)
+            values, bad = env_values(environ), None
         except ConfigError as exc:
-            parser.error(str(exc))  # exit 2, as a refused flag's value
+            values, bad = {}, exc
         for dest, value in values.items():
             if not hasattr(namespace, dest):
                 setattr(namespace, dest, value)
-        return parse(args, namespace)
+        parsed = parse(args, namespace)  # --help prints and exits here (NOTE(env-help))
+        if bad is not None:
+            parser.error(str(bad))  # exit 2, as a refused flag's value
+        return parsed
 
     parser.parse_known_args = parse_known_args  # type: ignore[method-assign]

@@ -122,3 +122,27 @@ async def test_a_closed_port_at_warm_up_is_said_in_one_line(caplog):
     assert len(said) == 1, said
     assert "not reachable at startup (refused)" in said[0], said
     assert said[0].endswith("start Redis or fix --remote-url"), said
+
+
+async def test_a_service_that_drops_what_it_cannot_parse_is_named_in_the_fix(caplog):
+    """Probe P5's F2: Python's http.server on the port answers a Redis command with no status
+    line and closes, which redis-py reads as the server closing the connection; the fix said
+    named TLS only, not the other service that listens there."""
+    async def drop(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await reader.read(1024)
+        writer.close()
+
+    port, held = reserve_port()
+    held[0].listen()
+    srv = await asyncio.start_server(drop, sock=held[0])
+    tier = RedisTier(f"redis://127.0.0.1:{port}/0", ValueCodec(NS),
+                     breaker=CircuitBreaker(threshold=3, reset_s=30.0))
+    try:
+        assert not await tier.warm_up()
+    finally:
+        await tier.aclose()
+        srv.close()
+        await srv.wait_closed()
+    said = _warnings(caplog, "dropped the connection")
+    assert len(said) == 1, caplog.text
+    assert "rediss://host:port" in said[0] and "another service listens there" in said[0]

@@ -72,7 +72,8 @@ def test_a_config_files_flag_wins_too(no_vllm_env, tmp_path):
 @pytest.mark.parametrize("name, value, good", [
     ("VLLM_MAX_STOP_STRINGS", "four", "an integer >= 1"),
     ("VLLM_MAX_N_SEQUENCES", "0", "an integer >= 1"),
-    ("VLLM_HTTP_TIMEOUT_KEEP_ALIVE", "0", "seconds > 0"),
+    ("VLLM_HTTP_TIMEOUT_KEEP_ALIVE", "0", "whole seconds >= 1"),
+    ("VLLM_HTTP_TIMEOUT_KEEP_ALIVE", "inf", "whole seconds >= 1"),
     ("VLLM_LOGGING_LEVEL", "LOUD", "one of CRITICAL, ERROR, WARNING, INFO, DEBUG, NOTSET"),
 ])
 def test_a_malformed_value_exits_2_naming_it(name, value, good, no_vllm_env, capsys):
@@ -84,3 +85,19 @@ def test_a_malformed_value_exits_2_naming_it(name, value, good, no_vllm_env, cap
     flag = ENV_FLAGS[name][1]
     assert last.startswith(f"kvpool serve: error: {name}={value!r} (vLLM's variable, read as "
                            f"{flag}): use {good}"), last
+
+
+@pytest.mark.parametrize("value, level", [("WARN", "warning"), ("fatal", "critical")])
+def test_pythons_level_aliases_start_as_under_vllm(value, level, no_vllm_env):
+    """Probe P5: vLLM hands the level to logging.dictConfig, which takes WARN and FATAL, so a
+    deployment setting them starts under vLLM (NOTE(level-aliases))."""
+    no_vllm_env.setenv("VLLM_LOGGING_LEVEL", value)
+    assert parse().log_level == level
+
+
+def test_help_prints_with_a_malformed_variable(no_vllm_env, capsys):
+    """Probe P5: a malformed value made `kvpool serve --help` exit 2 (NOTE(env-help))."""
+    no_vllm_env.setenv("VLLM_MAX_N_SEQUENCES", "abc")
+    with pytest.raises(SystemExit) as exc:
+        cli.build_parser("serve").parse_args(["serve", "--help"])
+    assert exc.value.code == 0 and "--max-n" in capsys.readouterr().out
