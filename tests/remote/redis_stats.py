@@ -36,3 +36,13 @@ class CountedReads:
         self.calls += 1
         self.keys += len(keys)
         return await self.reads.read(keys)
+
+
+def error_replies(port: int, code: str) -> int:
+    """Error replies starting with ``code`` (TRYAGAIN, CLUSTERDOWN...) the server on ``port``
+    has sent since it started (INFO errorstats): each one a call Redis saw and refused."""
+    r = redis.Redis(port=port)
+    try:
+        return int(r.info("errorstats").get(f"errorstat_{code}", {}).get("count", 0))
+    finally:
+        r.close()
