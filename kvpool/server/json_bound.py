@@ -107,19 +107,19 @@ def depth_floor(raw: bytes, counted: int, depth: int) -> tuple[int, int, int] | 
     objects between them: one path, a chain of nested ones, holds at least
     ``ceil(opened / (commas + 1))``. ``[[[...]]]`` 200,000 deep has no comma: at least 200,000
     levels. Only counts: one walk over the strings, as ``structural_commas``' own, and only
-    when the raw counts allow it. It holds for JSON; garbage such as ``[][]...`` may get it too
-    (the parse would refuse it anyway)."""
+    when the raw counts allow it; the commas are ``counted`` less the openings. It holds for
+    JSON; garbage such as ``[][]...`` may get it too (the parse would refuse it anyway)."""
     opened = raw.count(b"[") + raw.count(b"{")
     if opened <= depth * (counted - opened + 1):  # even with every opening outside strings
         return None
-    commas, i, n = raw.count(b","), 0, len(raw)
+    i, n = 0, len(raw)
     while i < n:  # what strings hold is no structure: one bytes.find per quote
         q = raw.find(_QUOTE, i)
         if q < 0:
             break
         end = _string_end(raw, q + 1)
-        commas -= raw.count(b",", q + 1, end)
         opened -= raw.count(b"[", q + 1, end) + raw.count(b"{", q + 1, end)
         i = end + 1
+    commas = counted - opened
     least = -(-opened // (commas + 1))
     return (opened, commas, least) if least > depth else None
